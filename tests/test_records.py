@@ -70,23 +70,9 @@ def expected(base_offset: int = 0, records=SAMPLE) -> list[tuple]:
 
 
 @pytest.fixture
-def kafka_python_snappy(monkeypatch):
-    """kafka-python needs python-snappy; give it a cramjam-backed shim.
-
-    Only the raw block codec is replaced: the xerial framing under test is
-    still kafka-python's own code.
-    """
-
-    class _Snappy:
-        @staticmethod
-        def compress(data):
-            return bytes(cramjam.snappy.compress_raw(bytes(data)))
-
-        @staticmethod
-        def decompress(data):
-            return bytes(cramjam.snappy.decompress_raw(bytes(data)))
-
-    monkeypatch.setattr(kafka.codec, "snappy", _Snappy)
+def kafka_python_snappy():
+    """kafka-python's snappy path needs python-snappy (a test dependency)."""
+    assert kafka.codec.has_snappy(), "python-snappy missing: install the test extras"
 
 
 def kafka_python_supports(codec: Compression) -> None:
