@@ -134,9 +134,7 @@ def cases():
                         partition_index=p,
                         records=batch,
                         acquired_records=[
-                            Q.AcquiredRecords(
-                                first_offset=500 * p, last_offset=500 * p + 499, delivery_count=1
-                            )
+                            Q.AcquiredRecords(first_offset=500 * p, last_offset=500 * p + 499, delivery_count=1)
                         ],
                     )
                     for p in range(4)
@@ -159,9 +157,7 @@ def cases():
                     A.AcknowledgePartition(
                         partition_index=p,
                         acknowledgement_batches=[
-                            A.AcknowledgementBatch(
-                                first_offset=10 * i, last_offset=10 * i + 9, acknowledge_types=[1]
-                            )
+                            A.AcknowledgementBatch(first_offset=10 * i, last_offset=10 * i + 9, acknowledge_types=[1])
                             for i in range(10)
                         ],
                     )
@@ -187,9 +183,7 @@ def cases():
         member_id="Zm9vYmFyYmF6cXV4cXV1eA",
         member_epoch=4,
         heartbeat_interval_ms=5000,
-        assignment=HR.Assignment(
-            topic_partitions=[HR.TopicPartitions(topic_id=tid, partitions=list(range(16)))]
-        ),
+        assignment=HR.Assignment(topic_partitions=[HR.TopicPartitions(topic_id=tid, partitions=list(range(16)))]),
     )
     yield "ShareGroupHeartbeat v1 response", hb, "response", 1, resp
 

@@ -30,9 +30,7 @@ class Codec:
 
     def __init__(self, spec: S.MessageSpec, version: int) -> None:
         if version not in spec.valid_versions:
-            raise ProtocolError(
-                f"{spec.name} has no version {version}", api_key=spec.api_key, version=version
-            )
+            raise ProtocolError(f"{spec.name} has no version {version}", api_key=spec.api_key, version=version)
         self.spec = spec
         self.version = version
         self.api_key = spec.api_key

@@ -475,9 +475,7 @@ class Compiler:
 
     def _non_default_cond(self, src: _Src, f: S.FieldSpec, expr: str) -> str:
         if f.is_array:
-            return (
-                f"{expr} is not None and len({expr}) > 0" if f.default is not None else f"{expr} is not None"
-            )
+            return f"{expr} is not None and len({expr}) > 0" if f.default is not None else f"{expr} is not None"
         if f.struct is not None:
             if f.default is None:
                 return f"{expr} is not None"
@@ -490,14 +488,9 @@ class Compiler:
         if f.struct is not None and not f.is_array:
             return  # structs that a version lacks are simply not written
         src(f"if {cond}:")
-        src(
-            f"    raise _fail('field {f.name} is not in version {version} and is not ignorable',"
-            f" {f.attr!r}, -1)"
-        )
+        src(f"    raise _fail('field {f.name} is not in version {version} and is not ignorable', {f.attr!r}, -1)")
 
-    def _emit_write(
-        self, src: _Src, f: S.FieldSpec, expr: str, version: int, flexible: bool, st: S.StructSpec
-    ) -> None:
+    def _emit_write(self, src: _Src, f: S.FieldSpec, expr: str, version: int, flexible: bool, st: S.StructSpec) -> None:
         flex = _flex_for(f, version, flexible)
         v = src.var("w")
         src(f"{v} = {expr}")

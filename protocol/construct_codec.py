@@ -106,9 +106,7 @@ class KArray(C.Construct):
             raise C.ConstructError(f"invalid array count {n}", path=path)
         if n > _remaining(stream):
             raise C.ConstructError(f"array count {n} exceeds the bytes left", path=path)
-        return C.ListContainer(
-            self.subcon._parsereport(stream, context, f"{path} -> [{i}]") for i in range(n)
-        )
+        return C.ListContainer(self.subcon._parsereport(stream, context, f"{path} -> [{i}]") for i in range(n))
 
     def _build(self, obj: Any, stream: Any, context: Any, path: str) -> Any:
         if obj is None:

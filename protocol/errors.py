@@ -51,10 +51,7 @@ _TABLE: Final[tuple[tuple[str, int, bool, str], ...]] = (
         "CORRUPT_MESSAGE",
         2,
         True,
-        (
-            "A record failed validation: bad CRC, bad size, a null key on a "
-            "compacted topic, or other corruption."
-        ),
+        ("A record failed validation: bad CRC, bad size, a null key on a compacted topic, or other corruption."),
     ),
     ("UNKNOWN_TOPIC_OR_PARTITION", 3, True, "This broker does not host the requested topic-partition."),
     ("INVALID_FETCH_SIZE", 4, False, "The fetch size in the request is not valid."),
@@ -213,10 +210,7 @@ _TABLE: Final[tuple[tuple[str, int, bool, str], ...]] = (
         "OPERATION_NOT_ATTEMPTED",
         55,
         False,
-        (
-            "The broker skipped this operation, typically because another part of "
-            "a batched request failed first."
-        ),
+        ("The broker skipped this operation, typically because another part of a batched request failed first."),
     ),
     ("KAFKA_STORAGE_ERROR", 56, True, "The broker could not access a log file on disk."),
     (
@@ -230,10 +224,7 @@ _TABLE: Final[tuple[tuple[str, int, bool, str], ...]] = (
         "UNKNOWN_PRODUCER_ID",
         59,
         False,
-        (
-            "The broker holds no state for this producer id, for instance because "
-            "retention removed all of its records."
-        ),
+        ("The broker holds no state for this producer id, for instance because retention removed all of its records."),
     ),
     ("REASSIGNMENT_IN_PROGRESS", 60, False, "A partition reassignment is already running."),
     ("DELEGATION_TOKEN_AUTH_DISABLED", 61, False, "Delegation tokens are not enabled."),
@@ -248,10 +239,7 @@ _TABLE: Final[tuple[tuple[str, int, bool, str], ...]] = (
         "DELEGATION_TOKEN_REQUEST_NOT_ALLOWED",
         64,
         False,
-        (
-            "Delegation token requests are refused on plaintext, one-way TLS and "
-            "token-authenticated connections."
-        ),
+        ("Delegation token requests are refused on plaintext, one-way TLS and token-authenticated connections."),
     ),
     (
         "DELEGATION_TOKEN_AUTHORIZATION_FAILED",
@@ -324,10 +312,7 @@ _TABLE: Final[tuple[tuple[str, int, bool, str], ...]] = (
         "PRINCIPAL_DESERIALIZATION_FAILURE",
         97,
         False,
-        (
-            "The principal of a forwarded request could not be deserialized; check "
-            "the cluster's security setup."
-        ),
+        ("The principal of a forwarded request could not be deserialized; check the cluster's security setup."),
     ),
     ("SNAPSHOT_NOT_FOUND", 98, False, "The requested snapshot does not exist."),
     (
@@ -486,8 +471,7 @@ ErrorCode = _ErrorCodeBase(
     qualname="ErrorCode",
 )
 ErrorCode.__doc__ = (
-    "Kafka error codes by name; each member equals its int16 wire value, "
-    "e.g. ErrorCode.NOT_COORDINATOR == 16."
+    "Kafka error codes by name; each member equals its int16 wire value, e.g. ErrorCode.NOT_COORDINATOR == 16."
 )
 
 

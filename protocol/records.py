@@ -452,9 +452,7 @@ def _parse_records(payload: memoryview, header: BatchHeader) -> list[Record]:
     return out
 
 
-def _parse_headers(
-    buf: bytes, pos: int, end: int, count: int, headers: list[tuple[str, bytes | None]]
-) -> int:
+def _parse_headers(buf: bytes, pos: int, end: int, count: int, headers: list[tuple[str, bytes | None]]) -> int:
     read = _read_varint
     for _ in range(count):
         size, pos = read(buf, pos, end)
@@ -705,9 +703,7 @@ def decode_message_set(
     return _walk(_view(buf), allow_partial, verify_crc, max_decompressed_size, legacy_only=True)
 
 
-def _walk(
-    view: memoryview, allow_partial: bool, verify_crc: bool, max_size: int, legacy_only: bool
-) -> list[Record]:
+def _walk(view: memoryview, allow_partial: bool, verify_crc: bool, max_size: int, legacy_only: bool) -> list[Record]:
     out: list[Record] = []
     pos = 0
     end = len(view)

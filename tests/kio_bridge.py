@@ -116,9 +116,7 @@ def to_kio(obj: Any, kcls: type) -> Any:
             else:
                 kwargs[f.name] = to_kio(value, entity)
         elif is_tuple:
-            kwargs[f.name] = (
-                None if value is None else tuple(_scalar_to_kio(kafka_type, v, False) for v in value)
-            )
+            kwargs[f.name] = None if value is None else tuple(_scalar_to_kio(kafka_type, v, False) for v in value)
         else:
             kwargs[f.name] = _scalar_to_kio(kafka_type, value, optional)
     return kcls(**kwargs)

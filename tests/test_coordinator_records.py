@@ -56,9 +56,7 @@ def test_offset_commit_record_layout() -> None:
     """OffsetCommitKey: type 1, group (int16 string), topic, partition."""
     s = GROUP
     key = s.key_class("OffsetCommit")(group="g", topic="t", partition=3)
-    assert s.encode_key("OffsetCommit", key) == bytes.fromhex(
-        "0001 0001 67 0001 74 00000003".replace(" ", "")
-    )
+    assert s.encode_key("OffsetCommit", key) == bytes.fromhex("0001 0001 67 0001 74 00000003".replace(" ", ""))
 
 
 def test_bad_records_raise_protocol_error() -> None:
@@ -80,11 +78,7 @@ def test_consumer_protocol_round_trip_and_newer_versions() -> None:
     assert decode_versioned("ConsumerProtocolSubscription", data) == (1, sub)
     # A newer version than ours is read with our newest layout (fields are appended).
     newest = spec.valid_versions.hi
-    data = (
-        struct.pack(">h", newest + 1)
-        + encode_versioned("ConsumerProtocolSubscription", newest, sub)[2:]
-        + b"xx"
-    )
+    data = struct.pack(">h", newest + 1) + encode_versioned("ConsumerProtocolSubscription", newest, sub)[2:] + b"xx"
     version, obj = decode_versioned("ConsumerProtocolSubscription", data)
     assert version == newest + 1 and obj.topics == ["a", "b"]
     with pytest.raises(ProtocolError):

@@ -136,9 +136,7 @@ REQUESTS = [
                                     acknowledgement_batches=[
                                         (
                                             "AcknowledgementBatch",
-                                            dict(
-                                                first_offset=10, last_offset=12, acknowledge_types=[1, 2, 3]
-                                            ),
+                                            dict(first_offset=10, last_offset=12, acknowledge_types=[1, 2, 3]),
                                         )
                                     ],
                                 ),

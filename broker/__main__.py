@@ -1,0 +1,7 @@
+"""`python -m broker` runs the broker (same as the `shoal-broker` script)."""
+
+import sys
+
+from broker.cli import main
+
+sys.exit(main())

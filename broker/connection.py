@@ -1,0 +1,251 @@
+"""One client connection: frames in, responses out, in request order.
+
+Why a BufferedProtocol: uvloop hands us `get_buffer()` before every read, so a
+large frame (a 1 MiB produce) is received straight into its own bytearray
+with no intermediate copy, while small frames share a staging buffer and
+several of them may arrive in one read.
+
+Ordering and pipelining: Kafka clients keep many requests in flight on one
+connection and match responses by correlation id, but expect them in request
+order. Each request gets a slot in a FIFO; handlers may finish out of order
+(a produce waiting for fsync, a fetch long-polling), and a response is written
+only when every earlier slot has been written. acks=0 produces leave their slot
+empty: Kafka sends nothing for them.
+
+Backpressure: we stop reading when too many requests are queued
+(queued.max.requests) or when the transport's write buffer is over its high
+water mark (a client that does not read its responses), and resume when
+drained. Bad bytes close the connection; they never reach other clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from protocol.exceptions import ProtocolError
+from protocol.frames import UnsupportedRequest, decode_request, encode_response
+
+if TYPE_CHECKING:
+    from broker.server import Server
+
+log = logging.getLogger("shoal.connection")
+
+_SIZE = struct.Struct(">i")
+_STAGING = 256 * 1024
+NO_RESPONSE = object()  # a handler result meaning "send nothing" (acks=0 produce)
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    connection: Connection
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    header: Any
+
+    @property
+    def peer(self) -> str:
+        return self.connection.peer
+
+
+class _Slot:
+    __slots__ = ("api_key", "correlation_id", "done", "payload", "version")
+
+    def __init__(self, api_key: int, version: int, correlation_id: int) -> None:
+        self.api_key = api_key
+        self.version = version
+        self.correlation_id = correlation_id
+        self.done = False
+        self.payload: Any = None
+
+
+class Connection(asyncio.BufferedProtocol):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.broker = server.broker
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.max_frame = server.max_frame_bytes
+        self.max_queued = server.max_queued_requests
+        self._staging = bytearray(_STAGING)
+        self._staged = 0  # bytes in staging
+        self._big: bytearray | None = None  # frame being received directly
+        self._big_filled = 0
+        self._slots: deque[_Slot] = deque()
+        self._reading_paused = False
+        self._write_paused = False
+        self._closed = False
+        self.last_active = server.clock.monotonic_ms()
+        self.tasks: set[asyncio.Task] = set()
+
+    # -- asyncio protocol callbacks ------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.server.connections.add(self)
+        transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.server.connections.discard(self)
+        for t in list(self.tasks):
+            t.cancel()
+        self.broker.connection_closed(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._big is not None:
+            return memoryview(self._big)[self._big_filled :]
+        return memoryview(self._staging)[self._staged :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = self.server.clock.monotonic_ms()
+        try:
+            if self._big is not None:
+                self._big_filled += nbytes
+                if self._big_filled == len(self._big):
+                    frame, self._big = self._big, None
+                    self._big_filled = 0
+                    self._on_frame(memoryview(frame))
+                return
+            self._staged += nbytes
+            self._drain_staging()
+        except ProtocolError as e:
+            self.abort(f"bad frame: {e}")
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+
+    # -- framing ---------------------------------------------------------------
+    def _drain_staging(self) -> None:
+        buf = self._staging
+        pos = 0
+        n = self._staged
+        while n - pos >= 4 and not self._closed:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0 or size > self.max_frame:
+                raise ProtocolError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
+            if n - pos - 4 >= size:
+                # Small frames are copied out once: the staging buffer is reused.
+                self._on_frame(memoryview(bytes(memoryview(buf)[pos + 4 : pos + 4 + size])))
+                pos += 4 + size
+                continue
+            if size + 4 > len(buf):
+                # Too big for staging: receive the rest straight into its own buffer.
+                big = bytearray(size)
+                have = n - pos - 4
+                big[:have] = buf[pos + 4 : n]
+                self._big = big
+                self._big_filled = have
+                pos = n
+            break
+        if pos:
+            rest = n - pos
+            if rest:
+                buf[:rest] = buf[pos:n]
+            self._staged = rest
+
+    def _on_frame(self, frame: memoryview) -> None:
+        try:
+            request = decode_request(frame)
+        except UnsupportedRequest as e:
+            self._unsupported(e)
+            return
+        except ProtocolError as e:
+            self.abort(f"malformed request: {e}")
+            return
+        slot = _Slot(request.api.key, request.version, request.correlation_id)
+        self._slots.append(slot)
+        self._update_reading()
+        ctx = RequestContext(
+            self, request.api.key, request.version, request.correlation_id, request.client_id, request.header
+        )
+        self.broker.dispatch(ctx, request.body, slot, self)
+
+    def _unsupported(self, e: UnsupportedRequest) -> None:
+        if e.api_key == 18:
+            # Kafka answers an unknown ApiVersions version with a v0 body
+            # carrying UNSUPPORTED_VERSION and its table; the client retries.
+            slot = _Slot(18, 0, e.correlation_id)
+            self._slots.append(slot)
+            self.complete(slot, self.broker.api_versions_error_body())
+            return
+        self.abort(f"unsupported API key {e.api_key} version {e.version}")
+
+    # -- responses ---------------------------------------------------------------
+    def complete(self, slot: _Slot, body: Any) -> None:
+        """A handler's result for `slot`; writes every ready response in order."""
+        if self._closed:
+            return
+        slot.done = True
+        slot.payload = body
+        if self._slots and self._slots[0].done:
+            self._write_ready()
+
+    def _write_ready(self) -> None:
+        slots = self._slots
+        transport = self.transport
+        out: list = []
+        while slots and slots[0].done:
+            s = slots.popleft()
+            if s.payload is NO_RESPONSE:
+                continue
+            try:
+                out.extend(encode_response(s.api_key, s.version, s.correlation_id, s.payload))
+            except ProtocolError as e:
+                log.error("cannot encode response to %s (api %s v%s): %s", self.peer, s.api_key, s.version, e)
+                self.abort("response encoding failed")
+                return
+        if out and transport is not None and not transport.is_closing():
+            transport.writelines(out)
+        self._update_reading()
+
+    def fail(self, slot: _Slot, reason: str) -> None:
+        """A handler could not produce a response: close, as Kafka does."""
+        self.abort(reason)
+
+    # -- flow control ------------------------------------------------------------
+    def _update_reading(self) -> None:
+        transport = self.transport
+        if transport is None or self._closed:
+            return
+        should_pause = self._write_paused or len(self._slots) >= self.max_queued
+        if should_pause and not self._reading_paused:
+            self._reading_paused = True
+            transport.pause_reading()
+        elif not should_pause and self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._slots)
+
+    def abort(self, reason: str) -> None:
+        if self._closed:
+            return
+        log.warning("closing connection from %s: %s", self.peer, reason)
+        self._closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close(self) -> None:
+        if self.transport is not None and not self._closed:
+            self._closed = True
+            self.transport.close()

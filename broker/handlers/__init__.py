@@ -1,0 +1,65 @@
+"""The handler table: which APIs the broker serves, at which versions, by whom.
+
+One table drives both dispatch and the ApiVersions answer, so the broker can
+never advertise an API it does not implement (or implement one it does not
+advertise). A handler is `fn(broker, ctx, request) -> response | awaitable`;
+synchronous handlers (ApiVersions, Metadata) answer without creating a task.
+Each API family lives in its own module and registers itself in
+`handler_table()` below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.api import api_by_name
+
+HandlerFn = Callable[[Any, Any, Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    fn: HandlerFn
+
+
+class HandlerTable:
+    def __init__(self) -> None:
+        self._by_key: dict[int, Handler] = {}
+
+    def add(self, name: str, fn: HandlerFn, min_version: int | None = None, max_version: int | None = None) -> None:
+        """Serve API `name` with `fn` for the given versions (default: every version the codec has)."""
+        a = api_by_name(name)
+        lo = a.min_version if min_version is None else max(min_version, a.min_version)
+        hi = a.max_version if max_version is None else min(max_version, a.max_version)
+        if a.key in self._by_key:
+            raise ValueError(f"{name} registered twice")
+        self._by_key[a.key] = Handler(a.key, name, lo, hi, fn)
+
+    def get(self, api_key: int) -> Handler | None:
+        return self._by_key.get(api_key)
+
+    def __iter__(self):
+        return iter(sorted(self._by_key.values(), key=lambda h: h.api_key))
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+
+def handler_table() -> HandlerTable:
+    """Every API this broker serves."""
+    from broker.handlers import admin, api_versions, fetch, list_offsets, metadata, produce
+
+    t = HandlerTable()
+    api_versions.register(t)
+    metadata.register(t)
+    admin.register(t)
+    produce.register(t)
+    fetch.register(t)
+    list_offsets.register(t)
+    return t

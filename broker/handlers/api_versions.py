@@ -1,0 +1,41 @@
+"""ApiVersions: the handler table, as the client sees it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from protocol.api import api_by_name
+from protocol.errors import ErrorCode
+
+_API = api_by_name("ApiVersions")
+
+
+def body(broker: Any, error_code: int = 0) -> Any:
+    cls = _API.response_class()
+    return cls(
+        error_code=error_code,
+        api_keys=[
+            cls.ApiVersion(api_key=h.api_key, min_version=h.min_version, max_version=h.max_version)
+            for h in broker.handlers
+        ],
+        throttle_time_ms=0,
+    )
+
+
+def handle(broker: Any, ctx: Any, req: Any) -> Any:
+    if ctx.api_version >= 3 and not _valid_software(req):
+        return body(broker, ErrorCode.INVALID_REQUEST)
+    return body(broker)
+
+
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?")
+
+
+def _valid_software(req: Any) -> bool:
+    # As Kafka (v3+): non-empty, letters/digits/'.'/'-', alphanumeric at both ends.
+    return all(_SOFTWARE.fullmatch(v or "") for v in (req.client_software_name, req.client_software_version))
+
+
+def register(table: Any) -> None:
+    table.add("ApiVersions", handle)

@@ -1,0 +1,67 @@
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.api import api_by_name
+from protocol.errors import ErrorCode
+
+_LO = api_by_name("ListOffsets")
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+EARLIEST_PENDING_UPLOAD = -6
+OUR_LEADER_EPOCH = 0
+
+
+def handle_list_offsets(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _LO.response_class()
+    read_committed = req.isolation_level == 1
+    topics = []
+    for t in req.topics:
+        tr = cls.ListOffsetsTopicResponse(name=t.name)
+        topics.append(tr)
+        topic = broker.topics.get(t.name)
+        for p in t.partitions:
+            pr = cls.ListOffsetsPartitionResponse(partition_index=p.partition_index)
+            tr.partitions.append(pr)
+            partition = None
+            if topic is not None and 0 <= p.partition_index < len(topic.partitions):
+                partition = topic.partitions[p.partition_index]
+            if partition is None:
+                pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            if p.current_leader_epoch > OUR_LEADER_EPOCH:
+                pr.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+                continue
+            pr.leader_epoch = OUR_LEADER_EPOCH
+            ts = p.timestamp
+            if ts == LATEST:
+                pr.offset = partition.last_stable_offset if read_committed else partition.high_watermark
+            elif ts in (EARLIEST, EARLIEST_LOCAL):
+                pr.offset = partition.log_start_offset
+            elif ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+                pr.offset = -1  # no tiered storage: nothing was ever uploaded
+            elif ts == MAX_TIMESTAMP:
+                found = partition.max_timestamp_offset()
+                if found is not None:
+                    pr.offset, pr.timestamp = found
+            elif ts < 0:
+                pr.error_code = ErrorCode.INVALID_REQUEST
+                continue
+            else:
+                found = partition.offset_for_timestamp(ts)
+                if found is not None:
+                    offset, stamp = found
+                    limit = partition.last_stable_offset if read_committed else partition.high_watermark
+                    if offset < limit:
+                        pr.offset, pr.timestamp = offset, stamp
+    return cls(throttle_time_ms=0, topics=topics)
+
+
+def register(table: Any) -> None:
+    table.add("ListOffsets", handle_list_offsets)

@@ -1,0 +1,115 @@
+"""Produce and InitProducerId.
+
+Appends are synchronous writes to the OS (the event loop never waits on the
+page cache); durability is separate: with acks=-1 the response waits for the
+group-commit fsync of every partition written (unless log.flush.interval.ms
+says otherwise), with acks=1 it is sent once the bytes reach the OS, with
+acks=0 nothing is sent at all — and, as in Kafka, an acks=0 request that hit
+an error closes the connection so the producer notices.
+
+Every append wakes fetches (and, later, share fetches) waiting on the
+partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from broker.connection import NO_RESPONSE
+from protocol.api import api_by_name
+from protocol.errors import ErrorCode, KafkaErrorResponse
+
+_PR = api_by_name("Produce")
+_IP = api_by_name("InitProducerId")
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def handle_produce(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _PR.response_class()
+    acks = req.acks
+    now = broker.clock.now_ms()
+    version = ctx.api_version
+    responses = []
+    written: list[tuple[Any, int]] = []
+    any_error = False
+    for td in req.topic_data:
+        if version >= 13:
+            topic = broker.topics.by_id(td.topic_id) if td.topic_id != ZERO_UUID else None
+            missing = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            topic = broker.topics.get(td.name)
+            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        tr = cls.TopicProduceResponse(name=td.name, topic_id=td.topic_id)
+        responses.append(tr)
+        for pd in td.partition_data:
+            pr = cls.PartitionProduceResponse(index=pd.index)
+            tr.partition_responses.append(pr)
+            partition = None
+            if topic is not None and 0 <= pd.index < len(topic.partitions):
+                partition = topic.partitions[pd.index]
+            if partition is None:
+                pr.error_code = missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                pr.base_offset = -1
+                any_error = True
+                continue
+            if acks not in (0, 1, -1):
+                pr.error_code, pr.base_offset = ErrorCode.INVALID_REQUIRED_ACKS, -1
+                any_error = True
+                continue
+            try:
+                if topic.internal:
+                    raise KafkaErrorResponse(
+                        ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot produce to internal topic {topic.name}"
+                    )
+                if req.transactional_id is not None:
+                    raise KafkaErrorResponse(
+                        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Shoal does not support transactions"
+                    )
+                result = partition.append(pd.records, now)
+            except KafkaErrorResponse as e:
+                pr.error_code, pr.error_message, pr.base_offset = e.code, e.detail, -1
+                pr.record_errors = list(getattr(e, "record_errors", []) or [])
+                any_error = True
+                continue
+            pr.base_offset = result.base_offset
+            pr.log_append_time_ms = result.log_append_time
+            pr.log_start_offset = partition.log_start_offset
+            if result.appended:
+                written.append((partition, result.end_offset))
+    for partition, _ in written:
+        broker.on_append(partition)
+    body = cls(responses=responses, throttle_time_ms=0)
+    if acks == 0:
+        if any_error:
+            ctx.connection.abort("acks=0 produce failed")
+        return NO_RESPONSE
+    if acks == -1 and written and broker.config.fsync_acks_all:
+        return _after_flush(broker, written, body)
+    return body
+
+
+async def _after_flush(broker: Any, written: list[tuple[Any, int]], body: Any) -> Any:
+    await asyncio.gather(*(broker.flusher.flush(p.log, end) for p, end in written))
+    return body
+
+
+def handle_init_producer_id(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _IP.response_class()
+    if req.transactional_id is not None:
+        return cls(
+            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    try:
+        pid, epoch = broker.producer_ids.init(req.producer_id, req.producer_epoch)
+    except KafkaErrorResponse as e:
+        return cls(error_code=e.code, producer_id=-1, producer_epoch=-1)
+    return cls(error_code=0, producer_id=pid, producer_epoch=epoch)
+
+
+def register(table: Any) -> None:
+    table.add("Produce", handle_produce)
+    table.add("InitProducerId", handle_init_producer_id)

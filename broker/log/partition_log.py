@@ -1,0 +1,789 @@
+"""The log of one partition: ordered segments, offsets, recovery and flushing.
+
+Why it is shaped this way:
+
+* Everything is synchronous file I/O called from the event loop.  Appends
+  and reads are a handful of syscalls on the page cache, cheaper than a hop
+  to a thread.  The one slow operation, fsync, is split out: ``flush_target``
+  names the descriptors to sync and the offset that will then be durable,
+  a worker thread fsyncs them, and ``mark_flushed`` records the result.  That
+  lets the broker fsync outside the loop and let one fsync serve every
+  producer waiting on it (``broker.flusher``).
+* Durability is tracked as a single number, the recovery point: every offset
+  below it is known to be on disk.  It is kept in a small ``recovery-point``
+  file (written after each flush, synced on close) so that a restart after a
+  crash only validates batches past it.  The file may lag behind the truth,
+  never run ahead of it, so it is never fsynced on the hot path.
+* Recovery is Kafka's: segments from the one holding the recovery point on
+  are walked batch by batch, CRC-checked past the recovery point, and the log
+  is cut just before the first torn or corrupt batch.  Segments before that
+  trust their index files when those are consistent with the data.
+* Offsets are contiguous per append; the log assigns them in place in the
+  caller's buffer (the base offset sits outside the CRC'd part of a batch).
+* The file descriptors handed out by ``flush_target`` and ``read_region``
+  belong to the log.  They stay valid until the log deletes the segment
+  (retention, truncation), closes, or is deleted; a racing fsync may then see
+  EBADF, which only means the file is gone or was synced by ``close``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from broker.log.index import INT32_MAX
+from broker.log.recovery import (
+    RECOVERY_POINT_FILE,
+    RecoveryReport,
+    encode_recovery_point,
+    load_segments,
+    read_recovery_point,
+)
+from broker.log.retention import SegmentStats, select_for_deletion
+from broker.log.segment import (
+    DEFAULT_CHUNK_BYTES,
+    CorruptLog,
+    FileBatchReader,
+    InvalidBatch,
+    LogClosed,
+    LogSegment,
+    OffsetOutOfRange,
+    RecordBatchTooLarge,
+    RecordTooLarge,
+    pread_exact,
+)
+from protocol.exceptions import ProtocolError
+from protocol.records import BatchHeader, Record, set_base_offset, set_log_append_time
+
+__all__ = ["AppendInfo", "FileRegion", "LogConfig", "PartitionLog", "ReadResult"]
+
+LONG_MAX = 2**63 - 1
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("delete", "compact")
+
+Clock = Callable[[], int]
+
+
+@dataclass(slots=True)
+class LogConfig:
+    """Per-topic log settings (Kafka's topic config names, snake_cased).
+
+    ``cleanup_policy`` is "delete", "compact" or both ("compact,delete" or a
+    sequence); only "delete" has an effect for now.  ``segment_index_bytes``
+    caps an index like Kafka's ``segment.index.bytes``: a full index rolls.
+    """
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+    cleanup_policy: str | Sequence[str] = "delete"
+    flush_interval_messages: int = LONG_MAX
+    flush_interval_ms: int = LONG_MAX
+    segment_index_bytes: int = 10 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if not 0 < self.segment_bytes <= INT32_MAX:
+            raise ValueError(f"segment_bytes {self.segment_bytes} must be in [1, {INT32_MAX}]")
+        if self.segment_ms <= 0:
+            raise ValueError(f"segment_ms {self.segment_ms} must be positive")
+        if self.index_interval_bytes < 0 or self.segment_index_bytes < 12:
+            raise ValueError("index_interval_bytes must be >= 0 and segment_index_bytes >= 12")
+        if self.max_message_bytes <= 0:
+            raise ValueError(f"max_message_bytes {self.max_message_bytes} must be positive")
+        if self.message_timestamp_type not in TIMESTAMP_TYPES:
+            raise ValueError(f"message_timestamp_type must be one of {TIMESTAMP_TYPES}")
+        unknown = set(self.policies) - set(CLEANUP_POLICIES)
+        if unknown or not self.policies:
+            raise ValueError(f"cleanup_policy {self.cleanup_policy!r} is not delete and/or compact")
+
+    @property
+    def policies(self) -> tuple[str, ...]:
+        raw = self.cleanup_policy.split(",") if isinstance(self.cleanup_policy, str) else self.cleanup_policy
+        return tuple(p.strip() for p in raw if p.strip())
+
+    @property
+    def deletes(self) -> bool:
+        return "delete" in self.policies
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+
+@dataclass(slots=True)
+class AppendInfo:
+    """What one ``append`` wrote.  ``offset_of_max_timestamp`` is the base offset of
+    the batch holding ``max_timestamp`` (batches are not decoded on append)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    num_records: int
+    bytes: int
+    log_start_offset: int
+
+
+@dataclass(slots=True)
+class ReadResult:
+    """Whole batches from one segment.  ``first_offset`` is the base offset of
+    the first batch (it may be below the offset asked for: a read lands on the
+    batch holding it); ``next_offset`` is where the next read should start."""
+
+    data: memoryview
+    first_offset: int
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(slots=True)
+class FileRegion:
+    """The same bytes as a ``ReadResult``, as a file region for ``sendfile``.
+
+    ``fd`` belongs to the log (see the module notes): send before the log
+    next deletes segments, or ``os.dup`` it first.  ``length`` 0 means empty.
+    """
+
+    fd: int
+    position: int
+    length: int
+    first_offset: int
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class PartitionLog:
+    """Segments of one partition, oldest first; the last one takes appends.
+
+    Not thread-safe: call everything from one thread (the event loop).  The
+    only work meant for another thread is fsyncing what ``flush_target``
+    returns.
+    """
+
+    __slots__ = (
+        "_bases",
+        "_closed",
+        "_dir_dirty",
+        "_last_flush_ms",
+        "_pending",
+        "_recovery_point",
+        "_rp_cap",
+        "_rp_fd",
+        "_segments",
+        "_size",
+        "checkpoint_on_flush",
+        "clock",
+        "config",
+        "path",
+        "recovery",
+    )
+
+    def __init__(self, path: str, config: LogConfig, clock: Clock) -> None:
+        self.path = path
+        self.config = config
+        self.clock = clock
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._size = 0
+        self._recovery_point = 0
+        # Kafka persists the recovery point on every flush, so an unclean
+        # restart re-checks only unflushed data. The broker turns this off to
+        # re-validate everything written since the last clean shutdown.
+        self.checkpoint_on_flush = True
+        self._rp_fd = -1
+        self._rp_cap: int | None = None
+        self._pending: list[tuple[int, int]] = []  # (fd to fsync once, offset that covers it)
+        self._dir_dirty = False
+        self._last_flush_ms = 0
+        self._closed = False
+        self.recovery = RecoveryReport(clean_shutdown=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.path!r}, offsets=[{self.log_start_offset}, {self.log_end_offset}), "
+            f"segments={len(self._segments)}, size={self._size})"
+        )
+
+    # -- opening -------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], config: LogConfig, clock: Clock, clean_shutdown: bool) -> PartitionLog:
+        """Open (or create) the partition directory ``path``.
+
+        With ``clean_shutdown`` False, batches past the recovery point are
+        validated and the log is cut before the first bad one; see
+        ``recovery`` (a ``RecoveryReport``) for what happened.
+        """
+        directory = os.path.abspath(os.fspath(path))
+        os.makedirs(directory, exist_ok=True)
+        log = cls(directory, config, clock)
+        now = clock()
+        report = RecoveryReport(clean_shutdown=clean_shutdown)
+        rp, problem = read_recovery_point(directory)
+        report.recovery_point = rp
+        if problem and not clean_shutdown:
+            report.notes.append(problem)
+        segments = load_segments(directory, rp, clean_shutdown, now, report, **log._segment_args())
+        log._segments = segments
+        log._bases = [s.base_offset for s in segments]
+        log._size = sum(s.size for s in segments)
+        log._dir_dirty = True  # the first flush also syncs the directory entries
+        leo = segments[-1].next_offset
+        rp = leo if clean_shutdown and not report.truncated else min(rp, leo)
+        log._recovery_point = max(rp, segments[0].base_offset)
+        report.log_start_offset = log.log_start_offset
+        report.log_end_offset = log.log_end_offset
+        log.recovery = report
+        log._last_flush_ms = now
+        return log
+
+    def _segment_args(self) -> dict[str, int]:
+        return {
+            "index_interval": self.config.index_interval_bytes,
+            "index_max_bytes": self.config.segment_index_bytes,
+        }
+
+    # -- properties ----------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """Single replica: everything appended is committed."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below this is on disk (fsynced)."""
+        return self._recovery_point
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self._recovery_point
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"log {self.path} is closed")
+
+    # -- appending -----------------------------------------------------------
+
+    def append(
+        self,
+        batches: bytes | bytearray | memoryview,
+        *,
+        assign_offsets: bool = True,
+        now_ms: int | None = None,
+    ) -> AppendInfo:
+        """Append one or more whole batches (already validated by the broker).
+
+        With ``assign_offsets`` the batches get consecutive offsets from the
+        log end, written into the buffer in place (a read-only buffer is
+        copied once).  Without, their offsets must not go below the log end.
+        LogAppendTime topics get ``now_ms`` stamped into every batch.
+        Raises InvalidBatch, RecordTooLarge or RecordBatchTooLarge, leaving
+        the log unchanged.
+        """
+        self._check_open()
+        cfg = self.config
+        now = self.clock() if now_ms is None else now_ms
+        view = memoryview(batches)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        total = len(view)
+        if total == 0:
+            raise InvalidBatch("nothing to append")
+        if total > cfg.segment_bytes:
+            raise RecordBatchTooLarge(f"append of {total} bytes exceeds segment_bytes {cfg.segment_bytes}")
+        log_append = cfg.log_append_time
+        if view.readonly and (assign_offsets or log_append):
+            view = memoryview(bytearray(view))
+        next_offset = self.log_end_offset
+        infos: list[tuple[int, int, int, int]] = []
+        max_ts, offset_of_max, records = -1, -1, 0
+        pos = 0
+        try:
+            while pos < total:
+                header = BatchHeader.read(view, pos)
+                size = header.size
+                if size > cfg.max_message_bytes:
+                    raise RecordTooLarge(f"batch of {size} bytes exceeds max_message_bytes {cfg.max_message_bytes}")
+                if header.last_offset_delta < 0:
+                    raise InvalidBatch(f"negative last offset delta {header.last_offset_delta}")
+                if assign_offsets:
+                    base = next_offset
+                    set_base_offset(view, base, pos)
+                else:
+                    base = header.base_offset
+                    if base < next_offset:
+                        raise InvalidBatch(f"batch offset {base} is below the log end {next_offset}")
+                batch_ts = now if log_append else header.max_timestamp
+                if log_append:
+                    set_log_append_time(view, now, pos)
+                if batch_ts > max_ts:
+                    max_ts, offset_of_max = batch_ts, base
+                records += header.records_count
+                infos.append((pos, base, size, batch_ts))
+                next_offset = base + header.last_offset_delta + 1
+                pos += size
+        except ProtocolError as exc:
+            raise InvalidBatch(f"not a run of record batches: {exc}") from None
+        first_offset, last_offset = infos[0][1], next_offset - 1
+        seg = self._segments[-1]
+        if self._roll_reason(seg, total, last_offset, now) is not None:
+            seg = self._roll(first_offset, now)
+        if last_offset - seg.base_offset > INT32_MAX:
+            raise InvalidBatch(f"offsets {first_offset}..{last_offset} span more than one segment can index")
+        seg.append(view, infos, last_offset, now)
+        self._size += total
+        return AppendInfo(
+            first_offset=first_offset,
+            last_offset=last_offset,
+            max_timestamp=max_ts,
+            offset_of_max_timestamp=offset_of_max if not log_append else first_offset,
+            log_append_time=now if log_append else -1,
+            num_records=records,
+            bytes=total,
+            log_start_offset=self.log_start_offset,
+        )
+
+    def _roll_reason(self, seg: LogSegment, size: int, last_offset: int, now: int) -> str | None:
+        if seg.size == 0:
+            return "offsets overflow the segment" if last_offset - seg.base_offset > INT32_MAX else None
+        if seg.size + size > self.config.segment_bytes:
+            return "size"
+        if seg.roll_base_ms is not None and now - seg.roll_base_ms > self.config.segment_ms:
+            return "age"
+        if last_offset - seg.base_offset > INT32_MAX:
+            return "offsets overflow the segment"
+        if seg.indexes_full:
+            return "index full"
+        return None
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end (no-op when the active one is empty)."""
+        self._check_open()
+        return self._roll(self.log_end_offset, self.clock() if now_ms is None else now_ms)
+
+    def _roll(self, base_offset: int, now: int) -> LogSegment:
+        old = self._segments[-1]
+        if old.size == 0:
+            if old.base_offset == base_offset:
+                return old
+            old.delete()
+            self._segments.pop()
+            self._bases.pop()
+        else:
+            old.seal()
+            # The index files become durable with the first flush issued after
+            # this roll; only a recovery point strictly past the old segment's
+            # end proves such a flush happened.
+            self._pending.extend((fd, old.next_offset + 1) for fd in old.write_index_files())
+        seg = LogSegment.create(self.path, base_offset, now, **self._segment_args())
+        self._segments.append(seg)
+        self._bases.append(base_offset)
+        self._dir_dirty = True
+        return seg
+
+    # -- flushing ------------------------------------------------------------
+
+    def needs_flush(self, now_ms: int | None = None) -> bool:
+        """True when flush_interval_messages or flush_interval_ms is reached.
+
+        ``now_ms`` must come from the same clock the log was opened with.
+        """
+        unflushed = self.unflushed_messages
+        if unflushed <= 0:
+            return False
+        if unflushed >= self.config.flush_interval_messages:
+            return True
+        now = self.clock() if now_ms is None else now_ms
+        return now - self._last_flush_ms >= self.config.flush_interval_ms
+
+    def flush_target(self) -> tuple[list[int], int]:
+        """Descriptors to fsync, and the offset that is durable once they are.
+
+        Contract: fsync every descriptor (in any thread), then call
+        ``mark_flushed(offset)`` from the log's thread.  Do not close them.
+        Keep at most one target per log in flight (coalesce callers instead);
+        on an fsync error, do not call ``mark_flushed``.
+        """
+        self._check_open()
+        leo = self.log_end_offset
+        if self._dir_dirty:  # new or removed segment files: sync the directory entry
+            self._pending.append((os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), leo))
+            self._dir_dirty = False
+        fds = [fd for fd, _ in self._pending]
+        rp = self._recovery_point
+        for seg in reversed(self._segments):
+            if seg.next_offset <= rp:
+                break
+            fds.append(seg.fd)
+        self._rp_cap = None
+        return fds, leo
+
+    def mark_flushed(self, offset: int) -> None:
+        """Record that the descriptors of a ``flush_target`` were fsynced."""
+        if self._closed:
+            return
+        if self._rp_cap is not None:  # truncated after that target was taken
+            offset = min(offset, self._rp_cap)
+        offset = min(offset, self.log_end_offset)
+        still: list[tuple[int, int]] = []
+        for fd, cover in self._pending:
+            if cover <= offset:
+                os.close(fd)
+            else:
+                still.append((fd, cover))
+        self._pending = still
+        if offset > self._recovery_point:
+            self._recovery_point = offset
+            if self.checkpoint_on_flush:
+                self._write_recovery_point()
+        self._last_flush_ms = self.clock()
+
+    def flush(self) -> None:
+        """fsync everything not yet durable, here and now (blocks)."""
+        fds, offset = self.flush_target()
+        for fd in fds:
+            os.fsync(fd)
+        self.mark_flushed(offset)
+
+    def _write_recovery_point(self) -> None:
+        data = encode_recovery_point(self._recovery_point)
+        if self._rp_fd < 0:
+            path = os.path.join(self.path, RECOVERY_POINT_FILE)
+            self._rp_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._dir_dirty = True
+        os.pwrite(self._rp_fd, data, 0)
+
+    # -- reading -------------------------------------------------------------
+
+    def _region(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one_message: bool
+    ) -> tuple[LogSegment | None, int, int, int, int]:
+        """(segment, position, length, first offset, next offset) of a read."""
+        self._check_open()
+        start, leo = self.log_start_offset, self.log_end_offset
+        if offset < start or offset > leo:
+            raise OffsetOutOfRange(offset, start, leo)
+        upper = leo if max_offset is None else min(max_offset, leo)
+        empty = (None, 0, 0, offset, offset)
+        if offset >= upper:
+            return empty
+        first = None
+        for seg in self._segments[bisect_right(self._bases, offset) - 1 :]:
+            if seg.base_offset >= upper:
+                return empty
+            first = seg.locate(offset)
+            if first is not None:
+                break
+        if first is None or first.last_offset >= upper:
+            return empty
+        limit = first.position + max(max_bytes, 0)
+        if upper < seg.next_offset:
+            stop = seg.locate(upper)
+            if stop is not None:
+                limit = min(limit, stop.position)
+        first_end = first.position + first.size
+        if first_end <= limit:
+            end, next_offset = seg.boundary(first_end, first.last_offset + 1, limit)
+        elif min_one_message:  # KIP-74: the first batch whole, even past max_bytes
+            end, next_offset = first_end, first.last_offset + 1
+        else:
+            return empty
+        return seg, first.position, end - first.position, first.base_offset, next_offset
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> ReadResult:
+        """Whole batches from the batch holding ``offset``, at most ``max_bytes``
+        (but at least the first batch when ``min_one_message``), from one
+        segment, and none with offsets at or past ``max_offset``.
+
+        ``offset == log_end_offset`` gives an empty result; outside
+        ``[log_start_offset, log_end_offset]`` raises OffsetOutOfRange.
+        """
+        seg, position, length, first, next_offset = self._region(offset, max_bytes, max_offset, min_one_message)
+        data = memoryview(b"")
+        if seg is not None and length:
+            raw = pread_exact(seg.fd, length, position)
+            if len(raw) != length:
+                raise CorruptLog(f"{seg.path()}: short read at {position}")
+            data = memoryview(raw)
+        leo = self.log_end_offset
+        return ReadResult(data, first, next_offset, leo, self.log_start_offset, leo)
+
+    def read_region(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> FileRegion:
+        """Like ``read`` but without reading: where the bytes are, for ``sendfile``."""
+        seg, position, length, first, next_offset = self._region(offset, max_bytes, max_offset, min_one_message)
+        leo = self.log_end_offset
+        fd = seg.fd if seg is not None else -1
+        return FileRegion(fd, position, length, first, next_offset, leo, self.log_start_offset, leo)
+
+    def scan(
+        self,
+        start_offset: int | None = None,
+        *,
+        end_offset: int | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> Iterator[tuple[BatchHeader, memoryview]]:
+        """Every batch holding offsets in ``[start_offset, end_offset)``, in order.
+
+        For replaying a whole partition (producer state, coordinators): reads
+        ``chunk_bytes`` at a time.  The end defaults to the log end when
+        called; appends made while iterating are not seen.  Each segment is
+        read through its own duplicate descriptor, so retention running
+        meanwhile cannot make it read the wrong file; reaching a segment that
+        was deleted meanwhile raises OffsetOutOfRange.
+        """
+        self._check_open()
+        begin = self.log_start_offset if start_offset is None else start_offset
+        leo = self.log_end_offset
+        if not self.log_start_offset <= begin <= leo:
+            raise OffsetOutOfRange(begin, self.log_start_offset, leo)
+        end = leo if end_offset is None else min(end_offset, leo)
+        first = max(0, bisect_right(self._bases, begin) - 1)
+        return self._scan([(s, s.size) for s in self._segments[first:]], begin, end, chunk_bytes)
+
+    def _scan(
+        self, segments: list[tuple[LogSegment, int]], begin: int, end: int, chunk_bytes: int
+    ) -> Iterator[tuple[BatchHeader, memoryview]]:
+        for seg, size in segments:
+            if seg.base_offset >= end:
+                return
+            if seg.next_offset <= begin or size == 0:
+                continue
+            if seg.deleted:  # retention or truncation ran while scanning
+                raise OffsetOutOfRange(seg.base_offset, self.log_start_offset, self.log_end_offset)
+            position = seg.index_lookup(begin) if begin > seg.base_offset else 0
+            fd = os.dup(seg.fd)
+            try:
+                reader = FileBatchReader(fd, position, size, chunk_bytes)
+                for _, header in reader:
+                    if header.base_offset >= end:
+                        return
+                    if header.last_offset >= begin:
+                        yield header, header.data
+                if reader.error:
+                    raise CorruptLog(f"{seg.path()}: {reader.error} at {reader.position}")
+            finally:
+                os.close(fd)
+
+    # -- timestamps ----------------------------------------------------------
+
+    @staticmethod
+    def _records(seg: LogSegment, header: BatchHeader) -> list[Record]:
+        try:
+            return header.records(verify_crc=False)
+        except ProtocolError as exc:
+            raise CorruptLog(f"{seg.path()}: batch at offset {header.base_offset}: {exc}") from None
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the earliest record with timestamp ``>= timestamp``.
+
+        Kafka's ListOffsets rule: the first batch (in offset order) whose max
+        timestamp reaches ``timestamp``, then the first record in it that
+        does.  None when no record is that recent.
+        """
+        self._check_open()
+        for seg in self._segments:
+            if seg.max_timestamp < timestamp:
+                continue
+            for peek in seg.batches_reaching(timestamp):
+                for record in self._records(seg, seg.read_batch(peek)):
+                    if record.timestamp >= timestamp:
+                        return record.offset, record.timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with the largest timestamp
+        (ListOffsets MAX_TIMESTAMP, -3); None when no record has a timestamp."""
+        self._check_open()
+        best: LogSegment | None = None
+        for seg in self._segments:
+            if seg.max_timestamp >= 0 and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        if best is None:
+            return None
+        peek = best.locate(best.offset_of_max_timestamp)
+        if peek is None:
+            raise CorruptLog(f"{best.path()}: no batch at offset {best.offset_of_max_timestamp}")
+        for record in self._records(best, best.read_batch(peek)):
+            if record.timestamp == best.max_timestamp:
+                return record.offset, record.timestamp
+        return peek.base_offset, best.max_timestamp
+
+    # -- retention, truncation, deletion -------------------------------------
+
+    def enforce_retention(self, now_ms: int | None = None) -> int:
+        """Delete the oldest closed segments past retention_ms / retention_bytes.
+
+        Returns the number of segments deleted.  The active segment is never
+        deleted, so a log always keeps its end offset.  No-op unless the
+        cleanup policy includes "delete".
+        """
+        self._check_open()
+        cfg = self.config
+        if not cfg.deletes or len(self._segments) < 2:
+            return 0
+        now = self.clock() if now_ms is None else now_ms
+        closed = [SegmentStats(s.base_offset, s.size, s.largest_timestamp) for s in self._segments[:-1]]
+        decision = select_for_deletion(
+            closed,
+            now_ms=now,
+            retention_ms=cfg.retention_ms,
+            retention_bytes=cfg.retention_bytes,
+            total_bytes=self._size,
+        )
+        for seg in self._segments[: decision.count]:
+            self._size -= seg.size
+            seg.delete()
+        del self._segments[: decision.count]
+        del self._bases[: decision.count]
+        if decision.count:
+            self._recovery_point = max(self._recovery_point, self.log_start_offset)
+            self._dir_dirty = True
+        return decision.count
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset ``>= offset``; return bytes removed.
+
+        A batch straddling ``offset`` goes whole, so the log end may end up
+        below ``offset``.  Below the log start, the log is emptied and starts
+        again at ``offset``.  The result is fsynced before returning (rare,
+        and a crash must not resurrect the removed batches).
+        """
+        self._check_open()
+        if offset >= self.log_end_offset:
+            return 0
+        now = self.clock()
+        removed = 0
+        keep = bisect_right(self._bases, offset) - 1  # -1: below the log start
+        for seg in self._segments[keep + 1 :]:
+            removed += seg.size
+            seg.delete()
+        if keep < 0:
+            self._segments = [LogSegment.create(self.path, offset, now, **self._segment_args())]
+        else:
+            del self._segments[keep + 1 :]
+            removed += self._segments[-1].truncate_to(offset, now)
+            os.fsync(self._segments[-1].fd)
+        self._bases = [s.base_offset for s in self._segments]
+        self._size = sum(s.size for s in self._segments)
+        self._rp_cap = self.log_end_offset
+        self._recovery_point = min(self._recovery_point, self.log_end_offset)
+        self._write_recovery_point()
+        os.fsync(self._rp_fd)
+        self._fsync_dir()
+        return removed
+
+    def _fsync_dir(self) -> None:
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._dir_dirty = False
+
+    def close(self) -> None:
+        """Write the indexes, fsync everything, record the recovery point, close files.
+
+        After this the broker may write its clean-shutdown marker.
+        """
+        if self._closed:
+            return
+        try:
+            self._segments[-1].seal()
+            for seg in self._segments:
+                if seg.index_dirty:
+                    self._pending.extend((fd, 0) for fd in seg.write_index_files())
+            self.flush()
+            self._write_recovery_point()
+            os.fsync(self._rp_fd)
+            if self._dir_dirty:
+                self._fsync_dir()
+        finally:
+            self._close_files()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory (DeleteTopics).
+
+        The directory is first renamed to ``<name>.<uuid>-delete`` so that a
+        crash midway leaves nothing that looks like a partition.
+        """
+        if not self._closed:
+            self._close_files()
+            self._closed = True
+        doomed = f"{self.path}.{uuid.uuid4().hex}-delete"
+        try:
+            os.rename(self.path, doomed)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def _close_files(self) -> None:
+        for seg in self._segments:
+            with contextlib.suppress(OSError):
+                seg.close()
+        for fd, _ in self._pending:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._pending = []
+        if self._rp_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._rp_fd)
+            self._rp_fd = -1

@@ -1,0 +1,273 @@
+"""A partition this broker leads: its log plus idempotent-producer state.
+
+The log (`broker.log.PartitionLog`) only stores batches; this layer decides
+what may be stored. A produce is validated batch by batch from the headers
+alone — magic 2, CRC, record count, no client control batches, timestamps
+within message.timestamp.before/after.max.ms, one batch per request as
+Kafka requires from Produce v3 — and checked against producer state
+(duplicates are acknowledged with their original offsets, gaps and stale
+epochs refused). Nothing reaches the log unless the whole request is good.
+
+Producer state is snapshotted at clean shutdown and rebuilt by replaying the
+log after the snapshot (or from the start) otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from broker.config import resolve_topic_configs
+from broker.log import LogConfig, LogError, OffsetOutOfRange, PartitionLog
+from broker.producer_state import APPEND, CorruptSnapshotError, Duplicate, ProducerStateManager, Reject
+from protocol.errors import ErrorCode, KafkaErrorResponse
+from protocol.exceptions import ProtocolError
+from protocol.records import BatchHeader, TimestampType, iter_batches, set_partition_leader_epoch
+
+if TYPE_CHECKING:
+    from broker.topics import Topic
+
+log = logging.getLogger("shoal.partition")
+
+LEADER_EPOCH = 0
+SNAPSHOT_FILE = "producer-state.snapshot"
+
+
+def log_config(overrides: dict[str, str], broker_config: Any) -> LogConfig:
+    c = resolve_topic_configs(overrides, broker_config)
+    return LogConfig(
+        segment_bytes=c["segment.bytes"],
+        segment_ms=c["segment.ms"],
+        retention_ms=c["retention.ms"],
+        retention_bytes=c["retention.bytes"],
+        index_interval_bytes=c["index.interval.bytes"],
+        max_message_bytes=c["max.message.bytes"],
+        message_timestamp_type=c["message.timestamp.type"],
+        cleanup_policy=tuple(c["cleanup.policy"]),
+        flush_interval_messages=c["flush.messages"],
+        flush_interval_ms=c["flush.ms"],
+        segment_index_bytes=c["segment.index.bytes"],
+    )
+
+
+@dataclass(slots=True)
+class AppendResult:
+    base_offset: int
+    end_offset: int  # next offset after what this request wrote (or duplicated)
+    log_append_time: int
+    appended: bool  # False for an acknowledged duplicate
+
+
+@dataclass(slots=True)
+class FetchRead:
+    records: Any
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted: list | None
+
+
+class Partition:
+    __slots__ = ("broker", "index", "log", "producers", "settings", "topic")
+
+    def __init__(self, broker: Any, topic: Topic, index: int, plog: PartitionLog, producers: ProducerStateManager):
+        self.broker = broker
+        self.topic = topic
+        self.index = index
+        self.log = plog
+        self.producers = producers
+        self.settings = resolve_topic_configs(topic.configs, broker.config)
+
+    @classmethod
+    def open(cls, broker: Any, topic: Topic, index: int, clean: bool) -> Partition:
+        path = broker.data_dir / f"{topic.name}-{index}"
+        plog = PartitionLog.open(path, log_config(topic.configs, broker.config), broker.clock.now_ms, clean)
+        # Everything written since the last clean shutdown is re-validated after a crash.
+        plog.checkpoint_on_flush = False
+        report = plog.recovery
+        if report is not None and not clean:
+            log.info("%s-%d: %s", topic.name, index, report.summary())
+        expiration = broker.config.get("producer.id.expiration.ms")
+        return cls(broker, topic, index, plog, _restore_producers(plog, expiration, path))
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.producers.last_stable_offset(self.log.high_watermark)
+
+    # -- produce ---------------------------------------------------------------
+    def append(self, records: Any, now_ms: int) -> AppendResult:
+        if records is None or len(records) == 0:
+            raise KafkaErrorResponse(ErrorCode.INVALID_RECORD, "produce request without record batches")
+        view = memoryview(records)
+        if view.readonly:
+            view = memoryview(bytearray(view))
+        try:
+            batches = list(iter_batches(view))
+        except ProtocolError as e:
+            raise KafkaErrorResponse(ErrorCode.CORRUPT_MESSAGE, f"malformed record batch: {e}") from None
+        if len(batches) != 1:
+            raise KafkaErrorResponse(
+                ErrorCode.INVALID_RECORD, "a produce request must hold exactly one record batch per partition"
+            )
+        header, _ = batches[0]
+        self._validate(header, now_ms)
+        check = self.producers.check(
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.last_sequence,
+            header.is_transactional,
+        )
+        if isinstance(check, Duplicate):
+            return AppendResult(check.first_offset, check.last_offset + 1, -1, False)
+        if isinstance(check, Reject):
+            raise KafkaErrorResponse(check.error, check.message)
+        assert check is APPEND
+        producer_id = header.producer_id
+        producer_epoch, base_seq, last_seq = header.producer_epoch, header.base_sequence, header.last_sequence
+        transactional = header.is_transactional
+        set_partition_leader_epoch(view, LEADER_EPOCH)
+        try:
+            info = self.log.append(view, now_ms=now_ms)
+        except LogError as e:
+            raise KafkaErrorResponse(e.error_code, str(e)) from None
+        if producer_id >= 0:
+            stamp = info.log_append_time if info.log_append_time >= 0 else info.max_timestamp
+            self.producers.update(
+                producer_id,
+                producer_epoch,
+                base_seq,
+                last_seq,
+                transactional,
+                info.first_offset,
+                info.last_offset,
+                stamp,
+            )
+        return AppendResult(info.first_offset, info.last_offset + 1, info.log_append_time, True)
+
+    def _validate(self, h: BatchHeader, now_ms: int) -> None:
+        if h.magic != 2:
+            raise KafkaErrorResponse(
+                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"magic {h.magic} batches are not accepted"
+            )
+        if h.size > self.settings["max.message.bytes"]:
+            raise KafkaErrorResponse(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"batch of {h.size} bytes exceeds max.message.bytes {self.settings['max.message.bytes']}",
+            )
+        if not h.verify_crc():
+            raise KafkaErrorResponse(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+        if h.records_count != h.last_offset_delta + 1 or h.records_count <= 0:
+            raise KafkaErrorResponse(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"batch claims {h.records_count} records but its last offset delta is {h.last_offset_delta}",
+            )
+        if h.is_control:
+            raise KafkaErrorResponse(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+        if h.is_transactional:
+            raise KafkaErrorResponse(ErrorCode.INVALID_RECORD, "transactional batches are not supported")
+        if self.settings["message.timestamp.type"] == "CreateTime" and h.timestamp_type == TimestampType.CREATE_TIME:
+            before = self.settings["message.timestamp.before.max.ms"]
+            after = self.settings["message.timestamp.after.max.ms"]
+            if h.max_timestamp > now_ms + after or (h.base_timestamp >= 0 and h.base_timestamp < now_ms - before):
+                raise KafkaErrorResponse(
+                    ErrorCode.INVALID_TIMESTAMP,
+                    f"timestamp outside [{now_ms - before}, {now_ms + after}] (message.timestamp.*.max.ms)",
+                )
+
+    # -- fetch -----------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, *, read_committed: bool, min_one: bool) -> FetchRead:
+        plog = self.log
+        hw = plog.high_watermark
+        start = plog.log_start_offset
+        lso = self.producers.last_stable_offset(hw)
+        if offset < start or offset > hw:
+            raise KafkaErrorResponse(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is outside [{start}, {hw}]")
+        limit = lso if read_committed else hw
+        if offset >= limit:
+            return FetchRead(b"", hw, lso, start, [] if read_committed else None)
+        try:
+            got = plog.read(offset, max_bytes, max_offset=limit, min_one_message=min_one)
+        except OffsetOutOfRange as e:
+            raise KafkaErrorResponse(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
+        aborted = self.producers.aborted_transactions(offset, got.next_offset) if read_committed else None
+        return FetchRead(got.data, hw, lso, start, aborted)
+
+    def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
+        return self.log.offset_for_timestamp(ts)
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        return self.log.max_timestamp_offset()
+
+    # -- housekeeping ------------------------------------------------------------
+    def enforce_retention(self, now_ms: int) -> None:
+        if self.log.enforce_retention(now_ms):
+            self.producers.truncate_head(self.log.log_start_offset)
+        self.producers.remove_expired(now_ms)
+
+    def reconfigure(self) -> None:
+        self.settings = resolve_topic_configs(self.topic.configs, self.broker.config)
+        self.log.config = log_config(self.topic.configs, self.broker.config)
+
+    def close(self) -> None:
+        path = self.log.path
+        try:
+            data = self.producers.snapshot(self.log.log_end_offset)
+            tmp = os.path.join(path, SNAPSHOT_FILE + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(path, SNAPSHOT_FILE))
+        except OSError as e:
+            log.warning("%s-%d: producer snapshot not written: %s", self.topic.name, self.index, e)
+        self.log.close()
+
+    def delete(self) -> None:
+        self.log.delete()
+
+
+def _restore_producers(plog: PartitionLog, expiration_ms: int, path: Any) -> ProducerStateManager:
+    """Load the snapshot if it is usable, then replay the log after it."""
+    producers = ProducerStateManager(expiration_ms=expiration_ms)
+    start = plog.log_start_offset
+    snap = os.path.join(path, SNAPSHOT_FILE)
+    if os.path.exists(snap):
+        try:
+            with open(snap, "rb") as f:
+                producers.load(f.read())
+            if producers.next_offset <= plog.log_end_offset:
+                start = max(start, producers.next_offset)
+            else:  # the log was cut below the snapshot: rebuild from scratch
+                producers = ProducerStateManager(expiration_ms=expiration_ms)
+        except (OSError, CorruptSnapshotError) as e:
+            log.warning("%s: producer snapshot unusable (%s); rebuilding from the log", path, e)
+    for header, _ in plog.scan(start):
+        if header.producer_id < 0:
+            continue
+        producers.replay_batch(
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.last_sequence,
+            header.is_transactional,
+            header.base_offset,
+            header.last_offset,
+            header.max_timestamp,
+        )
+    return producers

@@ -1,0 +1,172 @@
+"""Starting real brokers for tests: as a child process (`python -m broker`) or
+in-process on the running event loop, always on 127.0.0.1 with a free port
+and a temporary data directory; and a minimal blocking client on our codec.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from protocol.api import api_by_name
+from protocol.frames import decode_response, encode_request
+
+ROOT = Path(__file__).resolve().parent.parent
+_LISTENING = re.compile(r"shoal broker listening on ([\d.]+):(\d+)")
+
+
+class BrokerProcess:
+    """A broker in a child process. `start()` waits until it listens."""
+
+    def __init__(self, data_dir: Path, overrides: Iterable[str] = (), port: int = 0) -> None:
+        self.data_dir = Path(data_dir)
+        self.overrides = list(overrides)
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
+        self._log = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> BrokerProcess:
+        args = [
+            sys.executable,
+            "-m",
+            "broker",
+            "--override",
+            f"log.dirs={self.data_dir}",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+        ]
+        for o in self.overrides:
+            args += ["--override", o]
+        start_at = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=_env())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as f:
+                f.seek(start_at)
+                text = f.read().decode(errors="replace")
+            found = _LISTENING.search(text)
+            if found and self.proc.poll() is None:
+                self.port = int(found.group(2))
+                if wait_port(self.port, 5.0):
+                    return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{text[-3000:]}")
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"broker did not start:\n{self.log_text()[-3000:]}")
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        rc = 0
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                rc = self.proc.wait()
+        elif self.proc is not None:
+            rc = self.proc.returncode
+        self._close_log()
+        return rc
+
+    def kill(self) -> None:
+        """SIGKILL: a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def wait_port(port: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+class RawClient:
+    """A blocking Kafka client speaking our codec: one request at a time."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.correlation = 0
+
+    def send(self, api_name: str, version: int, body: Any) -> int:
+        a = api_by_name(api_name)
+        self.correlation += 1
+        self.sock.sendall(b"".join(encode_request(a.key, version, self.correlation, "raw-test", body)))
+        return self.correlation
+
+    def recv_frame(self) -> bytes:
+        size = struct.unpack(">i", self._exact(4))[0]
+        return self._exact(size)
+
+    def receive(self, api_name: str, version: int) -> Any:
+        a = api_by_name(api_name)
+        _, body = decode_response(self.recv_frame(), a.key, version)
+        return body
+
+    def call(self, api_name: str, version: int, body: Any = None, **fields: Any) -> Any:
+        a = api_by_name(api_name)
+        if body is None:
+            body = a.request_class()(**fields)
+        self.send(api_name, version, body)
+        return self.receive(api_name, version)
+
+    def _exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("connection closed by broker")
+            buf += chunk
+        return bytes(buf)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,42 @@
+"""Shared fixtures: one broker process for the interoperability tests (each
+test uses its own topics), and a factory for tests that need brokers of their
+own (crashes, restarts, special settings)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+from tests.brokers import BrokerProcess
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("shared") / "data")
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path) -> Iterator:
+    started: list[BrokerProcess] = []
+
+    def make(*overrides: str, name: str = "data") -> BrokerProcess:
+        b = BrokerProcess(tmp_path / name, overrides)
+        started.append(b)
+        return b
+
+    yield make
+    for b in started:
+        b.kill()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:80]
+    return f"{base}-{next(_names)}"
