@@ -76,7 +76,7 @@ class Broker:
         self.clean_start = fresh or marker.exists()
         if marker.exists():
             marker.unlink()
-        else:
+        elif not fresh:
             log.info("previous run did not shut down cleanly: recovering logs")
         loop = asyncio.get_running_loop()
         self.timer = AsyncTimer(loop, self.clock.monotonic_ms)

@@ -64,7 +64,8 @@ async def run(config: BrokerConfig) -> int:
     except OSError as e:
         logging.getLogger("shoal").error("cannot start: %s", e)
         return 1
-    print(f"shoal broker listening on {broker.host}:{broker.port}", file=sys.stderr, flush=True)
+    for host, port in broker.server.bound:
+        print(f"shoal broker listening on {host}:{port}", file=sys.stderr, flush=True)
     await stop.wait()
     await broker.stop()
     return 0

@@ -251,6 +251,8 @@ class Purgatory:
         self._entries = self._live_entries = self._delayed = 0
 
     def _completed_one(self, op: DelayedOperation) -> None:
+        if self._closed:
+            return
         self._delayed -= 1
         self._live_entries -= op._watch_count
         self._maybe_purge()

@@ -63,6 +63,11 @@ class AsyncTimer(Timer):
     def add(self, task: TimerTask) -> None:
         if self._closed:
             raise RuntimeError("timer is closed")
+        if self._handle is None and not self._due.count and not len(self.wheel):
+            # Idle: bring the wheel's clock up to date first (it returns nothing,
+            # as nothing is pending), so the new task is filed relative to the
+            # present instead of waking the loop to cascade from a stale time.
+            self.wheel.advance(self._clock())
         super().add(task)
         self._arm()
 
@@ -70,10 +75,14 @@ class AsyncTimer(Timer):
         """Run what is due at ``now_ms`` (default: the clock); return how many ran."""
         if self._closed:
             return 0
+        if now_ms is None:
+            now_ms = self._clock()
         try:
-            return super().advance_to(self._clock() if now_ms is None else now_ms)
+            return super().advance_to(now_ms)
         finally:
             if not self._closed:
+                if self._armed_ms is not None and self._armed_ms <= now_ms:
+                    self._disarm()  # that wake-up has been done by hand
                 self._arm()
 
     def close(self) -> None:

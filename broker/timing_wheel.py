@@ -345,6 +345,9 @@ class Timer:
         while True:
             batch: list[TimerTask] = []
             _drain(self._due, batch)
+            # Due tasks were added in any order, but all before the wheel's
+            # clock reached them, so they precede every task the wheel returns.
+            batch.sort(key=_by_deadline)
             batch.extend(self.wheel.advance(now_ms))
             if not batch:
                 break

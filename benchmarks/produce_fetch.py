@@ -1,0 +1,488 @@
+"""Produce/fetch throughput and latency of a Shoal broker, next to raw loopback.
+
+Run: python benchmarks/produce_fetch.py [--quick]
+
+Starts a broker process (temporary data dir, 127.0.0.1, free port) and prints:
+  * raw loopback: a uvloop socket pump (client process -> server process,
+    1 MiB writes), the ceiling any broker on this machine can reach;
+  * produce MB/s and records/s for confluent-kafka (librdkafka), aiokafka and
+    kafka-python with 16 KiB and 1 KiB records in ~1 MiB batches, acks=1 and
+    acks=-1 (-1 waits for the fsync);
+  * the same produce with our codec as the client (pre-built 1 MiB batches,
+    8 requests in flight): what the broker itself sustains when the client
+    is not the limit;
+  * fetch MB/s (librdkafka consumer, and our codec with 8 MiB fetches);
+  * each figure as a share of raw loopback;
+  * produce-to-consume latency (median, p99) at low load;
+  * timer: 1M adds + 1M cancels on the timing wheel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.brokers import BrokerProcess  # noqa: E402
+
+QUIET = {"log_level": 3}
+MIB = 1 << 20
+
+
+# -- raw loopback -------------------------------------------------------------------
+
+
+def _sink_server(port_q: mp.Queue, seconds: float) -> None:
+    import uvloop
+
+    class Sink(asyncio.Protocol):
+        def data_received(self, data: bytes) -> None:
+            pass
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        srv = await loop.create_server(Sink, "127.0.0.1", 0)
+        port_q.put(srv.sockets[0].getsockname()[1])
+        await asyncio.sleep(seconds + 5)
+        srv.close()
+
+    uvloop.run(main())
+
+
+def _pump_client(port: int, seconds: float, out_q: mp.Queue) -> None:
+    import uvloop
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        class Pump(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                self.t = transport
+
+            def pause_writing(self) -> None:
+                self.paused = loop.create_future()
+
+            def resume_writing(self) -> None:
+                self.paused.set_result(None)
+
+        transport, proto = await loop.create_connection(Pump, "127.0.0.1", port)
+        proto.paused = None
+        chunk = os.urandom(MIB)
+        sent = 0
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            transport.write(chunk)
+            sent += MIB
+            if proto.paused is not None and not proto.paused.done():
+                await proto.paused
+        elapsed = time.perf_counter() - start
+        transport.close()
+        out_q.put(sent / elapsed)
+        done.set_result(None)
+
+    uvloop.run(main())
+
+
+def raw_loopback(seconds: float) -> float:
+    ctx = mp.get_context("spawn")
+    port_q: mp.Queue = ctx.Queue()
+    out_q: mp.Queue = ctx.Queue()
+    srv = ctx.Process(target=_sink_server, args=(port_q, seconds))
+    srv.start()
+    port = port_q.get(timeout=20)
+    cli = ctx.Process(target=_pump_client, args=(port, seconds, out_q))
+    cli.start()
+    rate = out_q.get(timeout=seconds + 30)
+    cli.join()
+    srv.terminate()
+    srv.join()
+    return rate
+
+
+# -- producers ----------------------------------------------------------------------
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(30)
+
+
+def produce_confluent(bootstrap: str, topic: str, size: int, total: int, acks: str) -> tuple[float, int]:
+    from confluent_kafka import Producer
+
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "linger.ms": 5,
+            "batch.size": MIB,
+            "message.max.bytes": 2 * MIB,
+            "queue.buffering.max.kbytes": 256 * 1024,
+            "enable.idempotence": False,
+            "compression.type": "none",
+            **QUIET,
+        }
+    )
+    value = os.urandom(size)
+    n = total // size
+    failed: list = []
+
+    def report(err, _msg) -> None:
+        if err is not None:
+            failed.append(err)
+
+    start = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, value=value, partition=0, on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.001)
+    p.flush(120)
+    if failed:
+        raise RuntimeError(f"{len(failed)} deliveries failed: {failed[0]}")
+    return time.perf_counter() - start, n
+
+
+def produce_aiokafka(bootstrap: str, topic: str, size: int, total: int, acks: str) -> tuple[float, int]:
+    from aiokafka import AIOKafkaProducer
+
+    value = os.urandom(size)
+    n = total // size
+
+    async def run() -> float:
+        p = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            acks=-1 if acks == "all" else 1,
+            linger_ms=5,
+            max_batch_size=MIB,
+            max_request_size=2 * MIB,
+        )
+        await p.start()
+        start = time.perf_counter()
+        pending = []
+        for _ in range(n):
+            pending.append(await p.send(topic, value=value, partition=0))
+            if len(pending) >= 2000:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+        elapsed = time.perf_counter() - start
+        await p.stop()
+        return elapsed
+
+    return asyncio.run(run()), n
+
+
+def produce_kafka_python(bootstrap: str, topic: str, size: int, total: int, acks: str) -> tuple[float, int]:
+    from kafka import KafkaProducer
+
+    value = os.urandom(size)
+    n = total // size
+    p = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all" if acks == "all" else 1,
+        linger_ms=5,
+        batch_size=MIB,
+        max_request_size=2 * MIB,
+    )
+    start = time.perf_counter()
+    for _ in range(n):
+        p.send(topic, value=value, partition=0)
+    p.flush(300)
+    elapsed = time.perf_counter() - start
+    p.close()
+    return elapsed, n  # kafka-python: send futures would raise on failure; checked by the fetch count below
+
+
+def fetch_confluent(bootstrap: str, topic: str, expect_bytes: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * MIB,
+            "max.partition.fetch.bytes": 16 * MIB,
+            "receive.message.max.bytes": 100 * MIB,
+            "queued.max.messages.kbytes": 1024 * 1024,
+            **QUIET,
+        }
+    )
+    start = time.perf_counter()
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = 0
+    while got < expect_bytes and time.perf_counter() - start < 120:
+        for m in c.consume(10000, 1.0):
+            if m.error() is None:
+                got += len(m.value())
+    elapsed = time.perf_counter() - start
+    c.close()
+    if got < expect_bytes:
+        raise RuntimeError(f"fetched {got} of {expect_bytes} bytes")
+    return got / elapsed
+
+
+# -- our codec as the client: what the broker itself sustains --------------------------
+
+
+def codec_pump_produce(bootstrap: str, topic: str, acks: int, total: int, in_flight: int = 8) -> float:
+    """Pre-built ~1 MiB batches (63 x 16 KiB records), pipelined; returns bytes/s."""
+    from protocol.api import api_by_name
+    from protocol.frames import encode_request
+    from protocol.records import build_batch
+
+    P = api_by_name("Produce").request_class()
+    batch = build_batch([(None, os.urandom(16 * 1024), [], int(time.time() * 1000)) for _ in range(63)])
+    body = P(
+        acks=acks,
+        timeout_ms=30000,
+        topic_data=[P.TopicProduceData(name=topic, partition_data=[P.PartitionProduceData(index=0, records=batch)])],
+    )
+    frame = b"".join(encode_request(0, 9, 1, "pump", body))
+    n = max(1, total // len(batch))
+    return n * len(batch) / _pump(bootstrap, [frame] * n, in_flight)
+
+
+def codec_pump_fetch(bootstrap: str, topic: str, total: int, fetch_bytes: int = 32 * MIB) -> float:
+    """Fetch v12 requests of `fetch_bytes`, one at a time (as consumers do), until
+    `total` bytes; the response lands in one reused buffer. Returns bytes/s."""
+    import socket as so
+    import struct
+
+    from protocol.api import api_by_name
+    from protocol.frames import decode_response, encode_request
+    from protocol.records import iter_batches
+
+    F = api_by_name("Fetch")
+    Req = F.request_class()
+    host, port = bootstrap.split(":")
+    s = so.create_connection((host, int(port)))
+    buf = bytearray(fetch_bytes + MIB)
+    view = memoryview(buf)
+    offset, got = 0, 0
+    start = time.perf_counter()
+    while got < total:
+        body = Req(
+            max_wait_ms=500,
+            min_bytes=1,
+            max_bytes=fetch_bytes,
+            topics=[
+                Req.FetchTopic(
+                    topic=topic,
+                    partitions=[Req.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=fetch_bytes)],
+                )
+            ],
+        )
+        s.sendall(b"".join(encode_request(F.key, 12, 1, "pump", body)))
+        _recv_into(s, view[:4])
+        size = struct.unpack_from(">i", buf)[0]
+        _recv_into(s, view[:size])
+        _, resp = decode_response(view[:size], F.key, 12)
+        records = resp.responses[0].partitions[0].records
+        last = None
+        for header, _ in iter_batches(records, allow_partial=True):
+            last = header.next_offset
+        if last is None:
+            break
+        offset = last
+        got += len(records)
+        del records, resp
+    elapsed = time.perf_counter() - start
+    s.close()
+    if got < total:
+        raise RuntimeError(f"fetched {got} of {total} bytes")
+    return got / elapsed
+
+
+def _recv_into(s: socket.socket, view: memoryview) -> None:
+    pos, n = 0, len(view)
+    while pos < n:
+        k = s.recv_into(view[pos:])
+        if not k:
+            raise ConnectionError("closed")
+        pos += k
+
+
+def _pump(bootstrap: str, frames: list[bytes], in_flight: int) -> float:
+    import struct
+
+    import uvloop
+
+    host, port = bootstrap.split(":")
+
+    async def run() -> float:
+        reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 22)
+        window = asyncio.Semaphore(in_flight)
+
+        async def drain() -> None:
+            from protocol.frames import decode_response
+
+            for _ in frames:
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                _, resp = decode_response(await reader.readexactly(size), 0, 9)
+                code = resp.responses[0].partition_responses[0].error_code
+                if code:
+                    raise RuntimeError(f"produce failed with error {code}")
+                window.release()
+
+        task = asyncio.create_task(drain())
+        start = time.perf_counter()
+        for f in frames:
+            await window.acquire()
+            writer.write(f)
+        await task
+        elapsed = time.perf_counter() - start
+        writer.close()
+        return elapsed
+
+    return uvloop.run(run())
+
+
+# -- latency ------------------------------------------------------------------------
+
+
+def latency(bootstrap: str, topic: str, count: int) -> tuple[float, float]:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "lat",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 500,
+            "fetch.min.bytes": 1,
+            **QUIET,
+        }
+    )
+    c.assign([TopicPartition(topic, 0, 0)])
+    results: list[float] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                results.append(time.time_ns() - int(m.value()))
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(1.0)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "1", **QUIET})
+    for _ in range(count + 20):
+        p.produce(topic, value=str(time.time_ns()).encode(), partition=0)
+        p.poll(0)
+        time.sleep(0.005)  # ~200 records/s: low load
+    p.flush(10)
+    deadline = time.monotonic() + 10
+    while len(results) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    t.join()
+    c.close()
+    ms = sorted(r / 1e6 for r in results[20:])  # the first records also measure connection set-up
+    return statistics.median(ms), ms[int(len(ms) * 0.99) - 1]
+
+
+# -- timer --------------------------------------------------------------------------
+
+
+def timer_figures() -> tuple[float, float]:
+    from broker.timing_wheel import TimerTask, TimingWheel
+
+    wheel = TimingWheel(0)
+    tasks = [TimerTask(1 + (i * 7919) % 600_000) for i in range(1_000_000)]
+    start = time.perf_counter()
+    for t in tasks:
+        wheel.add(t)
+    added = time.perf_counter() - start
+    start = time.perf_counter()
+    for t in tasks:
+        t.cancel()
+    cancelled = time.perf_counter() - start
+    return added, cancelled
+
+
+# -- main -----------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="smaller volumes (for a smoke run)")
+    args = ap.parse_args()
+    volume = 64 * MIB if args.quick else 256 * MIB
+    small_volume = 16 * MIB if args.quick else 64 * MIB
+    seconds = 2.0 if args.quick else 5.0
+
+    raw = raw_loopback(seconds)
+    print(f"raw loopback (uvloop pump, 1 MiB writes): {raw / MIB:8.1f} MB/s")
+    print()
+    with tempfile.TemporaryDirectory(prefix="shoal-bench-") as tmp:
+        b = BrokerProcess(Path(tmp) / "data", ["log.segment.bytes=536870912"])
+        b.start()
+        try:
+            bs = b.bootstrap
+            # Latency first, on an idle broker: "low load" also means no writeback
+            # of the gigabytes the throughput runs leave in the page cache.
+            create_topic(bs, "bench-latency")
+            med, p99 = latency(bs, "bench-latency", 300 if args.quick else 1000)
+            print(f"produce-to-consume latency at ~200 records/s: median {med:.2f} ms, p99 {p99:.2f} ms\n")
+            print(f"{'producer':14} {'record':>7} {'acks':>4} {'MB/s':>8} {'records/s':>10} {'vs raw':>7}")
+            fetch_topic = None
+            fetch_bytes = 0
+            for name, fn in (
+                ("confluent", produce_confluent),
+                ("aiokafka", produce_aiokafka),
+                ("kafka-python", produce_kafka_python),
+            ):
+                for size in (16 * 1024, 1024):
+                    for acks in ("1", "all"):
+                        topic = f"bench-{name}-{size}-{acks}"
+                        create_topic(bs, topic)
+                        vol = volume if size > 1024 else small_volume
+                        if name != "confluent":
+                            vol //= 2
+                        elapsed, n = fn(bs, topic, size, vol, acks)
+                        rate = n * size / elapsed
+                        print(
+                            f"{name:14} {size // 1024:>5}Ki {acks:>4} {rate / MIB:8.1f} {n / elapsed:10.0f} "
+                            f"{rate / raw:6.0%}"
+                        )
+                        if name == "confluent" and size > 1024 and acks == "1":
+                            fetch_topic, fetch_bytes = topic, n * size
+            for acks in (1, -1):
+                topic = f"bench-pump-{acks}"
+                create_topic(bs, topic)
+                rate = codec_pump_produce(bs, topic, acks, volume * 2)
+                print(f"{'codec pump':14} {16:>5}Ki {acks:>4} {rate / MIB:8.1f} {rate / 16384:10.0f} {rate / raw:6.0%}")
+            assert fetch_topic is not None
+            print()
+            rate = fetch_confluent(bs, fetch_topic, fetch_bytes)
+            print(f"fetch, confluent consumer (16 KiB records): {rate / MIB:8.1f} MB/s  {rate / raw:6.0%} of raw")
+            rate = codec_pump_fetch(bs, "bench-pump-1", volume * 2)
+            print(f"fetch, codec pump (32 MiB fetches):         {rate / MIB:8.1f} MB/s  {rate / raw:6.0%} of raw")
+        finally:
+            b.stop()
+    added, cancelled = timer_figures()
+    print(f"\ntiming wheel: 1M adds {added:.2f} s, 1M cancels {cancelled:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
