@@ -55,7 +55,9 @@ class Broker:
         self.flusher = Flusher()
         self.fetch_sessions = FetchSessionCache(max_slots=config.get("max.incremental.fetch.session.cache.slots"))
         self.producer_ids: ProducerIdManager | None = None
-        self.group_configs: Any = None  # share/consumer group configs: the group coordinator issue
+        self.group_configs: Any = None  # share/consumer group configs: the share-group issue
+        self.groups: Any = None  # GroupCoordinator, created at start
+        self.share_coordinator: Any = None  # the share-group issue
         self.server: Any = None
         self.host = ""
         self.port = 0
@@ -83,12 +85,17 @@ class Broker:
         self.fetch_purgatory = Purgatory("Fetch", self.timer)
         self.topics = TopicManager(self.data_dir, self._open_partition)
         self.topics.load(self.clean_start)
+        from broker.groups.coordinator import GroupCoordinator
+
+        self.groups = GroupCoordinator(self)
+        self.groups.start()
         self.server = Server(self)
         host, port = self.config.listener_host_port()
         await self.server.start(host, port)
         self.host, self.port = self.advertised()
         self._background.append(asyncio.create_task(self._retention_loop()))
         self._background.append(asyncio.create_task(self._flush_loop()))
+        self._background.append(asyncio.create_task(self._cleaner_loop()))
         log.info("broker %d started (cluster %s, data %s)", self.node_id, self.cluster_id, self.data_dir)
 
     def advertised(self) -> tuple[str, int]:
@@ -109,6 +116,8 @@ class Broker:
             t.cancel()
         if self.fetch_purgatory is not None:
             self.fetch_purgatory.shutdown()
+        if self.groups is not None:
+            self.groups.close()
         await self.flusher.close()
         if server is not None:
             await server.close()
@@ -158,6 +167,8 @@ class Broker:
         topic = self.topics.delete(name)
         for p in topic.partitions:
             self.fetch_purgatory.check_and_complete(fetch_key(name, p.index))
+        if self.groups is not None:
+            self.groups.on_topic_deleted(name)
 
     # -- request dispatch --------------------------------------------------------
     def dispatch(self, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
@@ -210,6 +221,32 @@ class Broker:
                         p.enforce_retention(now)
                     except OSError as e:
                         log.error("retention on %s-%d failed: %s", topic.name, p.index, e)
+
+    async def _cleaner_loop(self, interval_s: float = 15.0) -> None:
+        """Compact topics with cleanup.policy=compact (internal topics among them).
+
+        Runs on the event loop between requests: a pass rewrites sealed
+        segments only, and the internal topics it matters for are small.
+        """
+        from broker.log.cleaner import CleaningAborted, LogCleaner
+
+        cleaner = LogCleaner()
+        while True:
+            await asyncio.sleep(interval_s)
+            now = self.clock.now_ms()
+            for topic in self.topics or ():
+                for p in topic.partitions:
+                    if not p.log.config.compacts:
+                        continue
+                    retention = p.settings["delete.retention.ms"]
+                    lag = p.settings["min.compaction.lag.ms"]
+                    try:
+                        if cleaner.needs_cleaning(p.log, now, min_compaction_lag_ms=lag, delete_retention_ms=retention):
+                            stats = cleaner.clean(p.log, now, retention, min_compaction_lag_ms=lag)
+                            log.info("compacted %s-%d: %s", topic.name, p.index, stats)
+                    except (OSError, CleaningAborted, ValueError) as e:
+                        log.error("compaction of %s-%d failed: %s", topic.name, p.index, e)
+                    await asyncio.sleep(0)
 
     async def _flush_loop(self) -> None:
         """Time/count based flushes (log.flush.interval.*) for data not already fsynced."""

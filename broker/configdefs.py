@@ -892,6 +892,13 @@ BROKER_CONFIGS: Final = ConfigDef.of(
         validator=_AT_LEAST_1,
     ),
     _key(
+        "offset.metadata.max.bytes",
+        _INT,
+        4096,
+        "Largest metadata string an offset commit may carry.",
+        validator=_AT_LEAST_1,
+    ),
+    _key(
         "offsets.retention.minutes",
         _INT,
         10080,

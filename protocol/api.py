@@ -26,7 +26,7 @@ from protocol.messages import message_class
 class Codec:
     """Encoder/decoder for one message spec at one version."""
 
-    __slots__ = ("_decode", "_encode", "api_key", "cls", "spec", "version")
+    __slots__ = ("_decode", "_encode", "_lenient", "api_key", "cls", "spec", "version")
 
     def __init__(self, spec: S.MessageSpec, version: int) -> None:
         if version not in spec.valid_versions:
@@ -36,6 +36,7 @@ class Codec:
         self.api_key = spec.api_key
         self.cls = message_class(spec.name)
         self._decode, self._encode = compile_message(spec, version)
+        self._lenient: Any = None
 
     def decode(self, buf: Any, pos: int = 0, end: int | None = None) -> tuple[Any, int]:
         """Decode one message starting at `pos`; returns (object, position after it).
@@ -63,6 +64,24 @@ class Codec:
             self._encode(obj, out)
         except ProtocolError as e:
             raise e.with_context(api_key=self.api_key, version=self.version) from None
+        except Exception as e:  # noqa: BLE001
+            raise ProtocolError(
+                f"cannot encode {self.spec.name}: {e!r}", api_key=self.api_key, version=self.version
+            ) from None
+
+    def encode_into_lenient(self, obj: Any, out: list) -> None:
+        """Like encode_into, but fields this version lacks are silently left out.
+
+        Kafka refuses to serialize a non-default value for a field the
+        version does not have (unless the spec marks it ignorable). That
+        strictness suits requests a client builds for one version; a broker
+        builds one response object for whatever version was asked and wants
+        the newer fields simply dropped for older clients.
+        """
+        if self._lenient is None:
+            self._lenient = compile_message(self.spec, self.version, strict=False)[1]
+        try:
+            self._lenient(obj, out)
         except Exception as e:  # noqa: BLE001
             raise ProtocolError(
                 f"cannot encode {self.spec.name}: {e!r}", api_key=self.api_key, version=self.version

@@ -161,7 +161,8 @@ def _flex_for(f: S.FieldSpec, version: int, flexible: bool) -> bool:
 class Compiler:
     """Generates and caches the functions for one message spec."""
 
-    def __init__(self, message: S.MessageSpec) -> None:
+    def __init__(self, message: S.MessageSpec, strict: bool = True) -> None:
+        self.strict = strict
         self.message = message
         self.classes = classes_for(message.name)
         self.src = _Src()
@@ -432,7 +433,8 @@ class Compiler:
         for f in st.fields:
             if f.attr in present or f.ignorable:
                 continue
-            self._emit_absent_check(src, f, version)
+            if self.strict:
+                self._emit_absent_check(src, f, version)
         i = 0
         while i < len(regular):
             f = regular[i]
@@ -585,9 +587,9 @@ class Compiler:
         return ns[d], ns[e]  # type: ignore[return-value]
 
 
-def compile_message(message: S.MessageSpec, version: int) -> tuple[Callable, Callable]:
+def compile_message(message: S.MessageSpec, version: int, strict: bool = True) -> tuple[Callable, Callable]:
     """Return (decode(buf, pos, end) -> (obj, pos), encode(obj, out_list)) for one version."""
-    return Compiler(message).build(version)
+    return Compiler(message, strict).build(version)
 
 
 def source_of(message: S.MessageSpec, version: int) -> str:

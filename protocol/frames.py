@@ -147,7 +147,8 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Any) 
     hcodec = codec("ResponseHeader", a.response_header_version(version))
     out: list = [b""]
     hcodec.encode_into(hcodec.cls(correlation_id=correlation_id), out)
-    a.response_codec(version).encode_into(body, out)
+    # Responses are built once for any version: fields a version lacks are dropped.
+    a.response_codec(version).encode_into_lenient(body, out)
     out[0] = _SIZE.pack(sum(map(len, out)))
     return out
 

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-QUIET = {"log_level": 3}
+QUIET = {"log_level": 0}
 N = 60
 PARTITIONS = 3
 

@@ -160,3 +160,21 @@ def test_encode_rejects_non_ignorable_field_missing_from_version() -> None:
     # An ignorable field (Fetch RackId, v11+) is dropped silently instead.
     f = api_by_name("Fetch")
     assert f.request_codec(10).encode(f.request_class()(rack_id="r1"))
+
+
+def test_responses_drop_fields_their_version_lacks() -> None:
+    """A broker answers v3 ListOffsets from the same object it would send at v4+."""
+    a = api_by_name("ListOffsets")
+    R = a.response_class()
+    body = R(
+        topics=[
+            R.ListOffsetsTopicResponse(
+                name="t", partitions=[R.ListOffsetsPartitionResponse(partition_index=0, offset=5, leader_epoch=0)]
+            )
+        ]
+    )
+    with pytest.raises(ProtocolError):
+        a.response_codec(3).encode(body)  # strict: LeaderEpoch is v4+ and not ignorable
+    out = b"".join(encode_response(a.key, 3, 1, body))
+    _, back = decode_response(memoryview(out[4:]), a.key, 3)
+    assert back.topics[0].partitions[0].offset == 5 and back.topics[0].partitions[0].leader_epoch == -1

@@ -53,7 +53,7 @@ class HandlerTable:
 
 def handler_table() -> HandlerTable:
     """Every API this broker serves."""
-    from broker.handlers import admin, api_versions, fetch, list_offsets, metadata, produce
+    from broker.handlers import admin, api_versions, fetch, groups, list_offsets, metadata, produce
 
     t = HandlerTable()
     api_versions.register(t)
@@ -62,4 +62,5 @@ def handler_table() -> HandlerTable:
     produce.register(t)
     fetch.register(t)
     list_offsets.register(t)
+    groups.register(t)
     return t

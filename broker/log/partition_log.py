@@ -36,6 +36,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from broker.log.cleaner import finish_interrupted_cleaning
 from broker.log.index import INT32_MAX
 from broker.log.recovery import (
     RECOVERY_POINT_FILE,
@@ -74,7 +75,8 @@ class LogConfig:
     """Per-topic log settings (Kafka's topic config names, snake_cased).
 
     ``cleanup_policy`` is "delete", "compact" or both ("compact,delete" or a
-    sequence); only "delete" has an effect for now.  ``segment_index_bytes``
+    sequence).  "delete" is ``enforce_retention``; "compact" is carried out by
+    ``broker.log.cleaner.LogCleaner``, driven by the broker.  ``segment_index_bytes``
     caps an index like Kafka's ``segment.index.bytes``: a full index rolls.
     """
 
@@ -113,6 +115,10 @@ class LogConfig:
     @property
     def deletes(self) -> bool:
         return "delete" in self.policies
+
+    @property
+    def compacts(self) -> bool:
+        return "compact" in self.policies
 
     @property
     def log_append_time(self) -> bool:
@@ -241,6 +247,7 @@ class PartitionLog:
         report.recovery_point = rp
         if problem and not clean_shutdown:
             report.notes.append(problem)
+        report.notes.extend(finish_interrupted_cleaning(directory))
         segments = load_segments(directory, rp, clean_shutdown, now, report, **log._segment_args())
         log._segments = segments
         log._bases = [s.base_offset for s in segments]
@@ -424,6 +431,27 @@ class PartitionLog:
         self._bases.append(base_offset)
         self._dir_dirty = True
         return seg
+
+    def replace_segments(self, old: Sequence[LogSegment], new: LogSegment) -> None:
+        """Put ``new`` in place of ``old``, a run of consecutive closed segments.
+
+        For log compaction, and in memory only: the caller owns the files
+        (``broker.log.cleaner`` commits ``new`` to disk first and deletes the
+        old segments right after).  ``new`` must start at the first old
+        segment's base offset and end no later than the segment after the
+        run.  Raises ValueError, changing nothing, when that does not hold.
+        """
+        self._check_open()
+        first = next((i for i, seg in enumerate(self._segments) if seg is old[0]), -1) if old else -1
+        end = first + len(old)
+        if first < 0 or end >= len(self._segments) or any(a is not b for a, b in zip(self._segments[first:end], old)):
+            raise ValueError("not a run of consecutive closed segments of this log")
+        if new.base_offset != old[0].base_offset or new.next_offset > self._segments[end].base_offset:
+            raise ValueError(f"{new} does not fit in place of segments {old[0].base_offset}..{old[-1].next_offset}")
+        self._size += new.size - sum(seg.size for seg in old)
+        self._segments[first:end] = [new]
+        self._bases[first:end] = [new.base_offset]
+        self._dir_dirty = True
 
     # -- flushing ------------------------------------------------------------
 

@@ -23,8 +23,9 @@ Why it is shaped this way:
   last offset delta and max timestamp out of a header-sized window; it checks
   nothing beyond sanity and is never used to accept data into the log.
 * A segment never decides *when* to roll or what to delete: that is
-  ``PartitionLog``'s job.  That keeps segments replaceable (a future
-  compactor writes a cleaned segment and swaps it in).
+  ``PartitionLog``'s job.  That keeps segments replaceable: the cleaner
+  (``broker.log.cleaner``) writes a compacted segment under a temporary file
+  suffix and swaps it in.
 """
 
 from __future__ import annotations
@@ -259,6 +260,7 @@ class LogSegment:
         "base_offset",
         "deleted",
         "directory",
+        "file_suffix",
         "index_dirty",
         "index_interval",
         "last_modified_ms",
@@ -287,6 +289,9 @@ class LogSegment:
         self.last_modified_ms = 0
         self.index_dirty = False
         self.deleted = False
+        # Appended to every file name: the cleaner builds a segment as
+        # ``<name>.cleaned`` files and renames them (``broker.log.cleaner``).
+        self.file_suffix = ""
 
     def __repr__(self) -> str:
         return (
@@ -297,7 +302,7 @@ class LogSegment:
     # -- files ---------------------------------------------------------------
 
     def path(self, suffix: str = LOG_SUFFIX) -> str:
-        return os.path.join(self.directory, segment_file_name(self.base_offset, suffix))
+        return os.path.join(self.directory, segment_file_name(self.base_offset, suffix) + self.file_suffix)
 
     @property
     def fd(self) -> int:
@@ -314,10 +319,22 @@ class LogSegment:
 
     @classmethod
     def create(
-        cls, directory: str, base_offset: int, now_ms: int, *, index_interval: int, index_max_bytes: int
+        cls,
+        directory: str,
+        base_offset: int,
+        now_ms: int,
+        *,
+        index_interval: int,
+        index_max_bytes: int,
+        file_suffix: str = "",
     ) -> LogSegment:
-        """A new, empty segment file (stale index files of that name are dropped)."""
+        """A new, empty segment file (stale index files of that name are dropped).
+
+        ``file_suffix`` names the files ``<base>.log<file_suffix>`` etc.: a
+        segment that is not part of the log yet (the cleaner's output).
+        """
         seg = cls(directory, base_offset, index_interval=index_interval, index_max_bytes=index_max_bytes)
+        seg.file_suffix = file_suffix
         fd = seg._fd = os.open(seg.path(), os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         if os.fstat(fd).st_size:
             os.close(fd)

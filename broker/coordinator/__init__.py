@@ -1,0 +1,1 @@
+"""Coordinators: event-sourced state on internal topics (see runtime.py)."""

@@ -1,0 +1,195 @@
+"""The coordinator runtime: internal-topic partitions as event-sourced state.
+
+Every coordinator (group coordinator on __consumer_offsets, share coordinator
+on __share_group_state) keeps its state in shards, one per partition of its
+internal topic, and changes it only one way:
+
+    operation(shard) -> (records, response)
+    append the records to the shard's partition (one batch)
+    replay the same records into the shard
+    answer once the append is durable (group-committed fsync)
+
+so the log is the truth and memory is a cache of it: at start-up each
+partition is read from its log start and replayed, and until that finished
+the shard answers COORDINATOR_LOAD_IN_PROGRESS. Operations on one shard run
+to completion synchronously (asyncio is single-threaded), so writes to a
+partition are serialized; only the durability wait is asynchronous, and
+answers for one partition become durable in order. Compaction of the
+internal topic (cleanup.policy=compact) bounds replay by live state.
+
+A shard is any object with `replay(record, offset)`; coordinators define
+their shards as sans-IO classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from protocol.coordinator_records import CoordinatorRecord, RecordSerde
+from protocol.errors import ErrorCode, KafkaErrorResponse
+from protocol.exceptions import ProtocolError
+from protocol.records import build_batch
+
+if TYPE_CHECKING:
+    from broker.partition import Partition
+
+log = logging.getLogger("shoal.coordinator")
+
+
+def java_string_hashcode(s: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), as a signed int32."""
+    data = s.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """Kafka's `Utils.abs(key.hashCode()) % partitions` (abs(MIN_VALUE) is 0)."""
+    h = java_string_hashcode(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+class Shard(Protocol):
+    def replay(self, record: CoordinatorRecord, offset: int) -> None: ...
+
+
+@dataclass(slots=True)
+class Record:
+    """A record an operation wants written: type name, key object, value object or None."""
+
+    name: str
+    key: Any
+    value: Any = None
+    value_version: int | None = None
+
+
+class CoordinatorRuntime:
+    def __init__(
+        self,
+        broker: Any,
+        topic: str,
+        num_partitions: int,
+        serde: RecordSerde,
+        make_shard: Callable[[int], Shard],
+        topic_configs: dict[str, str],
+    ) -> None:
+        self.broker = broker
+        self.topic = topic
+        self.num_partitions = num_partitions
+        self.serde = serde
+        self._make_shard = make_shard
+        self._topic_configs = topic_configs
+        self.shards: dict[int, Shard] = {}
+        self._loading: set[int] = set()
+        self._load_task: asyncio.Task | None = None
+        self.loaded = asyncio.Event()
+
+    # -- start-up --------------------------------------------------------------
+    def start(self) -> None:
+        """Create the internal topic if needed and replay every partition (in the background)."""
+        topics = self.broker.topics
+        topic = topics.get(self.topic)
+        if topic is None:
+            topic = topics.create(self.topic, self.num_partitions, self._topic_configs)
+        elif len(topic.partitions) != self.num_partitions:
+            log.warning(
+                "%s has %d partitions, settings say %d: using the topic's",
+                self.topic,
+                len(topic.partitions),
+                self.num_partitions,
+            )
+            self.num_partitions = len(topic.partitions)
+        self._loading = set(range(self.num_partitions))
+        self._load_task = asyncio.create_task(self._load_all())
+
+    async def _load_all(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        records = 0
+        for p in range(self.num_partitions):
+            shard = self._make_shard(p)
+            records += self._replay_partition(p, shard)
+            self.shards[p] = shard
+            self._loading.discard(p)
+            await asyncio.sleep(0)  # let other work run between partitions
+        self.loaded.set()
+        log.info("loaded %s: %d records replayed in %.3f s", self.topic, records, loop.time() - started)
+
+    def _replay_partition(self, p: int, shard: Shard) -> int:
+        partition = self.partition(p)
+        n = 0
+        for header, view in partition.log.scan(partition.log_start_offset):
+            if header.is_control:
+                continue
+            for rec in header.records():
+                try:
+                    decoded = self.serde.decode(rec.key, rec.value)
+                except ProtocolError as e:
+                    log.error("%s-%d offset %d: skipping undecodable record: %s", self.topic, p, rec.offset, e)
+                    continue
+                shard.replay(decoded, rec.offset)
+                n += 1
+            view.release()
+        return n
+
+    def close(self) -> None:
+        if self._load_task is not None:
+            self._load_task.cancel()
+
+    # -- routing ---------------------------------------------------------------
+    def partition_of(self, key: str) -> int:
+        return partition_for(key, self.num_partitions)
+
+    def partition(self, p: int) -> Partition:
+        topic = self.broker.topics.get(self.topic)
+        return topic.partitions[p]
+
+    def shard(self, p: int) -> Any:
+        """The loaded shard of partition p, or COORDINATOR_LOAD_IN_PROGRESS."""
+        shard = self.shards.get(p)
+        if shard is None:
+            if p in self._loading:
+                raise KafkaErrorResponse(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            raise KafkaErrorResponse(ErrorCode.NOT_COORDINATOR)
+        return shard
+
+    def shard_for(self, key: str) -> Any:
+        return self.shard(self.partition_of(key))
+
+    # -- writes ----------------------------------------------------------------
+    def append(self, p: int, records: Sequence[Record]) -> asyncio.Future:
+        """Append + replay now; the returned future resolves when the write is durable."""
+        shard = self.shard(p)
+        partition = self.partition(p)
+        now = self.broker.clock.now_ms()
+        serde = self.serde
+        encoded = [
+            (
+                serde.encode_key(r.name, r.key),
+                serde.encode_value(r.name, r.value, r.value_version),
+                [],
+                now,
+            )
+            for r in records
+        ]
+        info = partition.log.append(build_batch(encoded), now_ms=now)
+        for i, r in enumerate(records):
+            rt = serde.record_type(r.name)
+            version = r.value_version if r.value_version is not None else serde.latest_value_version(r.name)
+            shard.replay(CoordinatorRecord(rt, r.key, r.value, version), info.first_offset + i)
+        self.broker.on_append(partition)
+        return self.broker.flusher.flush(partition.log, info.last_offset + 1)
+
+    async def write(self, p: int, op: Callable[[Any], tuple[Sequence[Record], Any]]) -> Any:
+        """Run `op` on the shard; persist its records; return its response once durable."""
+        shard = self.shard(p)
+        records, response = op(shard)
+        if records:
+            await self.append(p, records)
+        return response

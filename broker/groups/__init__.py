@@ -1,0 +1,1 @@
+"""Groups: classic consumer groups (and, later, share groups) and committed offsets."""
