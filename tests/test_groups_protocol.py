@@ -136,3 +136,39 @@ def _until(cond, timeout: float = 10.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def test_commit_errors_and_deleted_topics(groups_broker, topic_name) -> None:
+    with RawClient(groups_broker.port) as c:
+        _wait_loaded(c)
+        create(c, topic_name, 1)
+
+        def commit(topic: str, metadata: str = "", partition: int = 0):
+            resp = c.call(
+                "OffsetCommit",
+                8,
+                group_id="solo",
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                topics=[
+                    OC.OffsetCommitRequestTopic(
+                        name=topic,
+                        partitions=[
+                            OC.OffsetCommitRequestPartition(
+                                partition_index=partition, committed_offset=9, committed_metadata=metadata
+                            )
+                        ],
+                    )
+                ],
+            )
+            return resp.topics[0].partitions[0].error_code
+
+        assert commit(topic_name, "x" * 5000) == ErrorCode.OFFSET_METADATA_TOO_LARGE
+        assert commit(topic_name + "-missing") == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert commit(topic_name, partition=3) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert _offsets(c, "solo") == {}  # the rejected commits stored nothing
+        assert commit(topic_name, "ok") == 0
+        assert _offsets(c, "solo") == {(topic_name, 0): 9}
+        DT = api_by_name("DeleteTopics").request_class()
+        c.call("DeleteTopics", 6, topics=[DT.DeleteTopicState(name=topic_name)], timeout_ms=5000)
+        _until(lambda: _offsets(c, "solo") == {})  # a deleted topic's offsets go away
