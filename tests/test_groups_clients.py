@@ -99,29 +99,30 @@ class ConfluentMember(threading.Thread):
             self.tally.assignments[self.name_] = {tp.partition for tp in self.c.assignment()}
         self.c.close()
 
-    def assigned(self) -> set[int]:
-        return self.holding
 
+def threaded_group_scenario(broker_factory, topic_name: str, make_member: Callable) -> None:
+    """The whole scenario for a client whose consumers run in threads.
 
-def test_confluent_group(broker_factory, topic_name) -> None:
+    make_member(name, bootstrap, topic, tally) -> a started-later Thread with
+    `.stop` (Event) and `.holding` (partitions it is assigned).
+    """
     b = broker_factory(*GROUP_SETTINGS)
     b.start()
     bs = b.bootstrap
     create_topic(bs, topic_name, PARTITIONS)
     tally = Tally()
-    members = [ConfluentMember(f"c{i}", bs, topic_name, "grp", tally) for i in range(3)]
+    members = [make_member(f"m{i}", bs, topic_name, tally) for i in range(3)]
     for m in members:
         m.start()
-    wait_for(lambda: [len(m.assigned()) for m in members] == [2, 2, 2], 60, "a stable 3-way split")
+    wait_for(lambda: sorted(len(m.holding) for m in members) == [2, 2, 2], 60, "a stable 3-way split")
     produce(bs, topic_name, 0, 600)
     wait_for(lambda: len(tally.values()) == 600, 60, "600 records")
     assert tally.duplicates() == []
     # one member leaves; the other two take over its partitions
     members[2].stop.set()
     members[2].join(20)
-    left = tally.assignments["c2"]
-    assert len(left) == 2
-    taken = wait_for(lambda: members[0].assigned() | members[1].assigned() == set(range(PARTITIONS)), 30, "takeover")
+    assert len(tally.assignments["m2"]) == 2
+    taken = wait_for(lambda: members[0].holding | members[1].holding == set(range(PARTITIONS)), 30, "takeover")
     assert taken < 6.0  # within the session timeout (it left explicitly, so much sooner)
     produce(bs, topic_name, 600, 300)
     wait_for(lambda: len(tally.values()) == 900, 60, "900 records")
@@ -134,13 +135,19 @@ def test_confluent_group(broker_factory, topic_name) -> None:
     b.start()
     produce(b.bootstrap, topic_name, 900, 60)
     tally2 = Tally()
-    newcomer = ConfluentMember("n", b.bootstrap, topic_name, "grp", tally2)
+    newcomer = make_member("n", b.bootstrap, topic_name, tally2)
     newcomer.start()
     wait_for(lambda: len(tally2.values()) >= 60, 60, "records after restart")
     time.sleep(1.0)
     newcomer.stop.set()
     newcomer.join(20)
     assert tally2.values() == {b"%d" % i for i in range(900, 960)}
+
+
+def test_confluent_group(broker_factory, topic_name) -> None:
+    threaded_group_scenario(
+        broker_factory, topic_name, lambda name, bs, topic, tally: ConfluentMember(name, bs, topic, "grp", tally)
+    )
 
 
 # -- aiokafka ---------------------------------------------------------------------------
@@ -270,38 +277,9 @@ class KafkaPythonMember(threading.Thread):
 
 
 def test_kafka_python_group(broker_factory, topic_name) -> None:
-    b = broker_factory(*GROUP_SETTINGS)
-    b.start()
-    bs = b.bootstrap
-    create_topic(bs, topic_name, PARTITIONS)
-    tally = Tally()
-    members = [KafkaPythonMember(f"k{i}", bs, topic_name, "kgrp", tally) for i in range(3)]
-    for m in members:
-        m.start()
-    wait_for(lambda: sorted(len(m.holding) for m in members) == [2, 2, 2], 60, "a stable 3-way split")
-    produce(bs, topic_name, 0, 600)
-    wait_for(lambda: len(tally.values()) == 600, 60, "600 records")
-    assert tally.duplicates() == []
-    members[2].stop.set()
-    members[2].join(20)
-    wait_for(lambda: members[0].holding | members[1].holding == set(range(PARTITIONS)), 30, "takeover")
-    produce(bs, topic_name, 600, 300)
-    wait_for(lambda: len(tally.values()) == 900, 60, "900 records")
-    assert tally.duplicates() == []
-    for m in members[:2]:
-        m.stop.set()
-        m.join(20)
-    assert b.stop() == 0
-    b.start()
-    produce(b.bootstrap, topic_name, 900, 60)
-    tally2 = Tally()
-    n = KafkaPythonMember("n", b.bootstrap, topic_name, "kgrp", tally2)
-    n.start()
-    wait_for(lambda: len(tally2.values()) >= 60, 60, "records after restart")
-    time.sleep(1.0)
-    n.stop.set()
-    n.join(20)
-    assert tally2.values() == {b"%d" % i for i in range(900, 960)}
+    threaded_group_scenario(
+        broker_factory, topic_name, lambda name, bs, topic, tally: KafkaPythonMember(name, bs, topic, "kgrp", tally)
+    )
 
 
 # -- commits survive kill -9 ---------------------------------------------------------------
