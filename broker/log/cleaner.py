@@ -89,10 +89,10 @@ from broker.log.segment import (
     CorruptLog,
     FileBatchReader,
     LogSegment,
+    batch_records,
     parse_segment_name,
     segment_file_name,
 )
-from protocol.exceptions import ProtocolError
 from protocol.records import BatchHeader, Record, TimestampType, build_batch
 
 if TYPE_CHECKING:
@@ -468,10 +468,7 @@ class LogCleaner:
 
     @staticmethod
     def _records(seg: LogSegment, header: BatchHeader) -> list[Record]:
-        try:
-            return header.records(verify_crc=True)
-        except ProtocolError as exc:
-            raise CorruptLog(f"{seg.path()}: batch at offset {header.base_offset}: {exc}") from None
+        return batch_records(seg, header, verify_crc=True)
 
     def _build_map(self, dirty: Sequence[LogSegment], end: int) -> tuple[dict[bytes, int], int]:
         """Latest offset per key over ``dirty``, and the offset the mapped range ends at."""

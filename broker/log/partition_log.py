@@ -56,6 +56,7 @@ from broker.log.segment import (
     OffsetOutOfRange,
     RecordBatchTooLarge,
     RecordTooLarge,
+    batch_records,
     pread_exact,
 )
 from protocol.exceptions import ProtocolError
@@ -654,10 +655,7 @@ class PartitionLog:
 
     @staticmethod
     def _records(seg: LogSegment, header: BatchHeader) -> list[Record]:
-        try:
-            return header.records(verify_crc=False)
-        except ProtocolError as exc:
-            raise CorruptLog(f"{seg.path()}: batch at offset {header.base_offset}: {exc}") from None
+        return batch_records(seg, header, verify_crc=False)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the earliest record with timestamp ``>= timestamp``.

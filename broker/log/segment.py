@@ -40,7 +40,7 @@ from typing import ClassVar, NamedTuple
 from broker.log.index import INT32_MAX, IndexCorrupt, OffsetIndex, TimeIndex
 from protocol.errors import ErrorCode
 from protocol.exceptions import ProtocolError
-from protocol.records import BATCH_HEADER_SIZE, BatchHeader, iter_batches
+from protocol.records import BATCH_HEADER_SIZE, BatchHeader, Record, iter_batches
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -245,6 +245,14 @@ class SegmentRecovery:
 
 # --------------------------------------------------------------------------
 # the segment
+
+
+def batch_records(seg: LogSegment, header: BatchHeader, *, verify_crc: bool) -> list[Record]:
+    """Decode a stored batch's records; a bad batch is a corrupt log, not bad input."""
+    try:
+        return header.records(verify_crc=verify_crc)
+    except ProtocolError as exc:
+        raise CorruptLog(f"{seg.path()}: batch at offset {header.base_offset}: {exc}") from None
 
 
 class LogSegment:
