@@ -15,6 +15,7 @@ log after the snapshot (or from the start) otherwise.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,28 @@ log = logging.getLogger("shoal.partition")
 
 LEADER_EPOCH = 0
 SNAPSHOT_FILE = "producer-state.snapshot"
+# Reads at least this large are served from a read-only memory map of the
+# segment: the response then points at the page cache and the transport
+# sends from it, instead of pread copying the bytes into a new buffer first.
+MMAP_READ_BYTES = 256 * 1024
+
+
+def _mapped(region: Any) -> memoryview | None:
+    """A view of a file region through mmap (None if mapping fails).
+
+    Safe because segment files are only ever appended to or replaced by new
+    files while the broker runs (never truncated in place), so mapped pages
+    stay valid for the life of the view.
+    """
+    if region.fd < 0 or region.length <= 0:
+        return None
+    start = region.position - region.position % mmap.ALLOCATIONGRANULARITY
+    try:
+        mm = mmap.mmap(region.fd, region.position + region.length - start, access=mmap.ACCESS_READ, offset=start)
+    except (OSError, ValueError):
+        return None
+    skip = region.position - start
+    return memoryview(mm)[skip : skip + region.length]
 
 
 def log_config(overrides: dict[str, str], broker_config: Any) -> LogConfig:
@@ -202,11 +225,17 @@ class Partition:
         if offset >= limit:
             return FetchRead(b"", hw, lso, start, [] if read_committed else None)
         try:
-            got = plog.read(offset, max_bytes, max_offset=limit, min_one_message=min_one)
+            region = plog.read_region(offset, max_bytes, max_offset=limit, min_one_message=min_one)
+            data = _mapped(region) if region.length >= MMAP_READ_BYTES else None
+            if data is None:
+                got = plog.read(offset, max_bytes, max_offset=limit, min_one_message=min_one)
+                data, next_offset = got.data, got.next_offset
+            else:
+                next_offset = region.next_offset
         except OffsetOutOfRange as e:
             raise KafkaErrorResponse(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
-        aborted = self.producers.aborted_transactions(offset, got.next_offset) if read_committed else None
-        return FetchRead(got.data, hw, lso, start, aborted)
+        aborted = self.producers.aborted_transactions(offset, next_offset) if read_committed else None
+        return FetchRead(data, hw, lso, start, aborted)
 
     def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
         return self.log.offset_for_timestamp(ts)
