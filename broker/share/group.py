@@ -1,0 +1,257 @@
+"""A share group's membership (ShareGroupHeartbeat, KIP-932) as a sans-IO state machine.
+
+Why this exists: share groups have no JoinGroup/SyncGroup rounds. Members
+heartbeat on their own; the coordinator keeps three epochs that together say
+who should hold what, and every heartbeat moves the sender towards that:
+
+* ``group_epoch`` -- bumped once per heartbeat (or expiry) that changes the
+  membership, a member's subscription, or the metadata of the subscribed
+  topics (a hash over each subscribed, existing topic's name, id and
+  partition count, so partition growth and re-creation under a new id count);
+* ``assignment_epoch`` -- the group epoch the target assignment was computed
+  for; when ``group_epoch`` is ahead, the next heartbeat recomputes the target
+  with :func:`broker.share.assignor.assign`, the previous target as input for
+  stickiness;
+* each member's ``member_epoch`` -- share members hold no exclusive offsets,
+  so there is nothing to revoke first: a heartbeating member jumps straight to
+  the target (``member_epoch = assignment_epoch``, ``assigned = target``).
+
+The object does no I/O and reads no clock: callers pass ``now_ms`` and the
+broker's current topic metadata (name -> (topic id, partition count)) on every
+heartbeat. Session timeouts are deadlines the caller watches and reports back
+through :meth:`ShareGroup.expire`. Expiry and leave only remove the member and
+its target entry and bump the group epoch; the new target is computed by the
+next heartbeat, because that is when fresh topic metadata is at hand (this is
+also what Kafka does). ``dirty`` says something a coordinator record would
+hold (epochs, members, subscriptions, target or current assignments) changed,
+so the caller can persist the group and clear the flag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.share.assignor import assign
+from protocol.errors import ErrorCode
+
+__all__ = ["HeartbeatResult", "ShareGroup", "ShareMember"]
+
+EMPTY = "Empty"
+STABLE = "Stable"
+DEAD = "Dead"
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+
+# topic id -> partitions
+TopicAssignment = dict[uuid.UUID, frozenset[int]]
+
+
+@dataclass(slots=True)
+class ShareMember:
+    member_id: str
+    member_epoch: int = 0
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: frozenset[str] = frozenset()
+    assigned: TopicAssignment = field(default_factory=dict)
+    session_deadline_ms: int = 0
+
+
+@dataclass(slots=True)
+class HeartbeatResult:
+    error: int
+    member_id: str
+    member_epoch: int
+    assignment: dict[uuid.UUID, set[int]] | None = None
+
+
+def metadata_hash(names: Iterable[str], topics: Mapping[str, tuple[uuid.UUID, int]]) -> int:
+    """A stable 63-bit hash over (name, id, partition count) of the existing topics in `names`."""
+    h = hashlib.sha256()
+    for name in sorted(set(names)):
+        if name in topics:
+            topic_id, count = topics[name]
+            h.update(f"{name}\0{topic_id.hex}\0{count}\n".encode())
+    return int.from_bytes(h.digest()[:8], "big") >> 1
+
+
+class ShareGroup:
+    def __init__(self, group_id: str, now_ms: int) -> None:
+        self.group_id = group_id
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ShareMember] = {}
+        self.target: dict[str, TopicAssignment] = {}
+        self.metadata_hash = 0
+        self.state = EMPTY
+        self.state_timestamp = now_ms
+        self.dirty = False
+
+    # -- helpers ---------------------------------------------------------------
+    def _update_state(self, now_ms: int) -> None:
+        if self.state == DEAD:
+            return
+        state = STABLE if self.members else EMPTY
+        if state != self.state:
+            self.state = state
+            self.state_timestamp = now_ms
+
+    def _bump(self) -> None:
+        self.group_epoch += 1
+        self.dirty = True
+
+    def _remove(self, member_id: str) -> None:
+        del self.members[member_id]
+        self.target.pop(member_id, None)
+        self._bump()
+
+    def _compute_target(self, topics: Mapping[str, tuple[uuid.UUID, int]]) -> None:
+        names_by_id = {tid: name for name, (tid, _) in topics.items()}
+        current: dict[str, dict[str, frozenset[int]]] = {}
+        for member_id, by_id in self.target.items():
+            if member_id in self.members:
+                current[member_id] = {names_by_id[t]: ps for t, ps in by_id.items() if t in names_by_id}
+        result = assign(
+            {m: member.subscribed_topic_names for m, member in self.members.items()},
+            {name: count for name, (_, count) in topics.items()},
+            current,
+        )
+        target = {
+            m: {topics[t][0]: frozenset(ps) for t, ps in by_topic.items() if ps} for m, by_topic in result.items()
+        }
+        self.target = target
+        self.assignment_epoch = self.group_epoch
+        self.dirty = True
+
+    def _subscribed_names(self) -> set[str]:
+        return {t for member in self.members.values() for t in member.subscribed_topic_names}
+
+    # -- ShareGroupHeartbeat ---------------------------------------------------
+    def heartbeat(
+        self,
+        member_id: str,
+        member_epoch: int,
+        rack_id: str | None,
+        subscribed_topic_names: Iterable[str] | None,
+        topics: Mapping[str, tuple[uuid.UUID, int]],
+        now_ms: int,
+        session_timeout_ms: int,
+        max_size: int,
+        *,
+        client_id: str = "",
+        client_host: str = "",
+    ) -> HeartbeatResult:
+        """Handle one ShareGroupHeartbeat; `topics` is the broker's current metadata."""
+        if self.state == DEAD:
+            return HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id, member_epoch)
+        if not member_id:
+            return HeartbeatResult(ErrorCode.INVALID_REQUEST, member_id, member_epoch)
+        subscription = None if subscribed_topic_names is None else frozenset(subscribed_topic_names)
+
+        if member_epoch == LEAVE_EPOCH:
+            if member_id not in self.members:
+                return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id, member_epoch)
+            self._remove(member_id)
+            self._update_state(now_ms)
+            return HeartbeatResult(ErrorCode.NONE, member_id, LEAVE_EPOCH)
+
+        member = self.members.get(member_id)
+        if member_epoch == JOIN_EPOCH:
+            if subscription is None:
+                return HeartbeatResult(ErrorCode.INVALID_REQUEST, member_id, member_epoch)
+            if member is None and len(self.members) >= max_size:
+                return HeartbeatResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id, member_epoch)
+        elif member is None:
+            return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id, member_epoch)
+        elif member_epoch != member.member_epoch:
+            return HeartbeatResult(ErrorCode.FENCED_MEMBER_EPOCH, member_id, member_epoch)
+
+        # From here on the request is accepted.
+        bump = False
+        if member is None:
+            # A new member; a known one sending epoch 0 rejoins with its full subscription.
+            member = ShareMember(member_id)
+            self.members[member_id] = member
+            bump = True
+        if subscription is not None and subscription != member.subscribed_topic_names:
+            member.subscribed_topic_names = subscription
+            bump = True
+        if rack_id is not None and rack_id != member.rack_id:
+            member.rack_id = rack_id
+            self.dirty = True
+        if (client_id, client_host) != (member.client_id, member.client_host):
+            member.client_id, member.client_host = client_id, client_host
+            self.dirty = True
+        member.session_deadline_ms = now_ms + session_timeout_ms
+
+        new_hash = metadata_hash(self._subscribed_names(), topics)
+        if new_hash != self.metadata_hash:
+            self.metadata_hash = new_hash
+            bump = True
+        if bump:
+            self._bump()
+        if self.group_epoch > self.assignment_epoch:
+            self._compute_target(topics)
+
+        # Reconcile: share members move to their target at once.
+        before = member.assigned
+        target = dict(self.target.get(member_id, {}))
+        if member.member_epoch != self.assignment_epoch or target != before:
+            member.member_epoch = self.assignment_epoch
+            member.assigned = target
+            self.dirty = True
+        self._update_state(now_ms)
+
+        send = member_epoch == JOIN_EPOCH or subscription is not None or target != before
+        assignment = {t: set(ps) for t, ps in target.items()} if send else None
+        return HeartbeatResult(ErrorCode.NONE, member_id, member.member_epoch, assignment)
+
+    # -- timers / admin --------------------------------------------------------
+    def expire(self, now_ms: int) -> list[str]:
+        """Remove members whose session deadline is at or before `now_ms`.
+
+        Each removal bumps the group epoch; the next heartbeat computes the new
+        target (it brings fresh topic metadata).
+        """
+        gone = sorted(m for m, member in self.members.items() if member.session_deadline_ms <= now_ms)
+        for member_id in gone:
+            self._remove(member_id)
+        self._update_state(now_ms)
+        return gone
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest session deadline, for the caller's timer."""
+        return min((m.session_deadline_ms for m in self.members.values()), default=None)
+
+    def mark_dead(self, now_ms: int) -> None:
+        """The group was deleted (or its coordinator moved): every later heartbeat fails."""
+        self.state = DEAD
+        self.state_timestamp = now_ms
+        self.dirty = True
+
+    def describe(self) -> dict[str, Any]:
+        """What ShareGroupDescribe reports: epochs, state and each member."""
+        return {
+            "group_id": self.group_id,
+            "state": self.state,
+            "group_epoch": self.group_epoch,
+            "assignment_epoch": self.assignment_epoch,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "member_epoch": m.member_epoch,
+                    "rack_id": m.rack_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "subscribed_topic_names": sorted(m.subscribed_topic_names),
+                    "assignment": {t: sorted(ps) for t, ps in m.assigned.items()},
+                }
+                for m in sorted(self.members.values(), key=lambda m: m.member_id)
+            ],
+        }
