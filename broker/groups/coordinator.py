@@ -124,6 +124,7 @@ class GroupCoordinator:
         self.purgatory = Purgatory("Rebalance", broker.timer)
         self._heartbeats: dict[tuple[str, str], int] = {}  # scheduled expiry per member
         self._sync_timers: dict[str, TimerTask] = {}
+        self._last_seen: dict[str, tuple] = {}  # (state, generation) last logged per group
         self._tasks: set[asyncio.Task] = set()
         self._expiry_task: asyncio.Task | None = None
 
@@ -166,6 +167,16 @@ class GroupCoordinator:
     def after(self, p: int, group: ClassicGroup, rearm_join: bool = False) -> None:
         """Deliver answers, persist if needed, (re)arm deadlines, try to complete a join."""
         shard = self.runtime.shards[p]
+        seen = (group.state, group.generation_id)
+        if self._last_seen.get(group.group_id) != seen:
+            self._last_seen[group.group_id] = seen
+            log.info(
+                "group %s: %s, generation %d, %d members",
+                group.group_id,
+                group.state.value,
+                group.generation_id,
+                len(group.members),
+            )
         outbox = group.take_outbox()
         if group.dirty:
             group.dirty = False
