@@ -73,7 +73,7 @@ class ConfluentMember(threading.Thread):
                 "group.id": group,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
-                "session.timeout.ms": 10000,
+                "session.timeout.ms": 30000,
                 "heartbeat.interval.ms": 500,
                 "partition.assignment.strategy": "range",
                 **QUIET,
@@ -169,7 +169,7 @@ def test_aiokafka_group(broker_factory, topic_name) -> None:
             group_id="agrp",
             auto_offset_reset="earliest",
             enable_auto_commit=False,
-            session_timeout_ms=10000,
+            session_timeout_ms=30000,
             heartbeat_interval_ms=500,
         )
         await c.start()
@@ -253,7 +253,7 @@ class KafkaPythonMember(threading.Thread):
             group_id=group,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
-            session_timeout_ms=10000,
+            session_timeout_ms=30000,
             heartbeat_interval_ms=500,
             # Under load kafka-python's leader can assign before it has the
             # topic's metadata (it logs "No partition metadata"); a short
