@@ -45,18 +45,25 @@ class Flusher:
         try:
             while self._waiters:
                 batch, self._waiters = self._waiters, {}
-                targets = [(lg, lg.flush_target()) for lg in batch]
+                targets = []
+                for lg, waiters in batch.items():
+                    try:
+                        targets.append((lg, lg.flush_target()))
+                    except Exception as e:  # noqa: BLE001 - e.g. a log closed by a topic deletion
+                        _fail(waiters, e)
                 try:
                     await loop.run_in_executor(None, _fsync_all, [fd for _, (fds, _) in targets for fd in fds])
                 except OSError as e:
                     log.error("fsync failed: %s", e)
-                    for waiters in batch.values():
-                        for _, fut in waiters:
-                            if not fut.done():
-                                fut.set_exception(e)
+                    for lg, _ in targets:
+                        _fail(batch[lg], e)
                     continue
                 for lg, (_, flushed) in targets:
-                    lg.mark_flushed(flushed)
+                    try:
+                        lg.mark_flushed(flushed)
+                    except Exception as e:  # noqa: BLE001 - never leave a waiter hanging
+                        _fail(batch[lg], e)
+                        continue
                     for offset, fut in batch[lg]:
                         if fut.done():
                             continue
@@ -66,11 +73,20 @@ class Flusher:
                             self._waiters.setdefault(lg, []).append((offset, fut))
         finally:
             self._running = None
+            # Waiters that arrived while this task was ending get a new round.
+            if self._waiters and not self._closed:
+                self._running = asyncio.create_task(self._run())
 
     async def close(self) -> None:
         self._closed = True
         if self._running is not None:
             await asyncio.shield(self._running)
+
+
+def _fail(waiters: list[tuple[int, asyncio.Future]], error: BaseException) -> None:
+    for _, fut in waiters:
+        if not fut.done():
+            fut.set_exception(error)
 
 
 def _fsync_all(fds: list[int]) -> None:
