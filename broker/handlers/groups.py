@@ -275,7 +275,7 @@ def handle_describe_groups(broker: Any, ctx: Any, req: Any) -> Any:
             continue
         d.group_state = g.state.value
         d.protocol_type = g.protocol_type or ""
-        d.protocol_data = g.protocol_name or "" if g.state == GroupState.STABLE else ""
+        d.protocol_data = g.protocol_name or ""
         if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.PREPARING_REBALANCE):
             stable = g.state == GroupState.STABLE
             d.members = [
