@@ -196,8 +196,11 @@ class GroupCoordinator:
                 token.set_result(result)
 
     def _deliver_after_write(self, fut: asyncio.Future, outbox: list, group: ClassicGroup) -> None:
-        if fut.cancelled() or fut.exception() is not None:
-            log.error("group %s: persisting metadata failed: %r", group.group_id, fut.exception())
+        exc = None if not fut.cancelled() else asyncio.CancelledError()
+        if exc is None:
+            exc = fut.exception()
+        if exc is not None:
+            log.error("group %s: persisting metadata failed: %r", group.group_id, exc)
             for token, result in outbox:
                 if isinstance(token, asyncio.Future) and not token.done():
                     result.error = ErrorCode.NOT_COORDINATOR
