@@ -448,14 +448,12 @@ def assign_wrapper_offset(data: bytes, last_offset: int) -> bytes:
     return bytes(buf)
 
 
-@pytest.mark.parametrize("magic", [0, 1])
-@pytest.mark.parametrize("codec", CODECS[:4], ids=CODEC_IDS[:4])
-def test_legacy_aiokafka_built(magic, codec):
-    if magic == 0 and codec == Compression.LZ4:
-        pytest.skip("aiokafka refuses magic 0 lz4; covered by test_legacy_magic0_lz4_broken_checksum")
-    builder = AioLegacyBuilder(magic=magic, compression_type=codec, batch_size=1 << 20)
-    # Uncompressed and magic 0 inner offsets are absolute, magic 1 inner ones relative.
-    first = 0 if codec == Compression.NONE else 50
+def check_legacy_build(builder, magic, codec, wrapper_first, read_theirs):
+    """Fill an outside legacy builder with LEGACY_SAMPLE; our decode must match theirs.
+
+    Uncompressed and magic 0 inner offsets are absolute, magic 1 inner ones relative.
+    """
+    first = 0 if codec == Compression.NONE else wrapper_first
     for i, (k, v, ts) in enumerate(LEGACY_SAMPLE):
         builder.append(i if magic == 1 else first + i, ts, k, v)
     data = bytes(builder.build())
@@ -463,8 +461,18 @@ def test_legacy_aiokafka_built(magic, codec):
         data = assign_wrapper_offset(data, first + len(LEGACY_SAMPLE) - 1)
     ours = view_records(decode_message_set(data))
     assert ours == legacy_expected(magic, first, LEGACY_SAMPLE)
-    theirs = [(o, -1 if ts is None else ts, k, v, h) for o, ts, k, v, h in aio_read_all(data)]
+    theirs = [(o, -1 if ts is None else ts, k, v, h) for o, ts, k, v, h in read_theirs(data)]
     assert ours == theirs
+    return data, ours
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", CODECS[:4], ids=CODEC_IDS[:4])
+def test_legacy_aiokafka_built(magic, codec):
+    if magic == 0 and codec == Compression.LZ4:
+        pytest.skip("aiokafka refuses magic 0 lz4; covered by test_legacy_magic0_lz4_broken_checksum")
+    builder = AioLegacyBuilder(magic=magic, compression_type=codec, batch_size=1 << 20)
+    data, ours = check_legacy_build(builder, magic, codec, 50, aio_read_all)
     assert view_records(decode_record_set(data)) == ours
 
 
@@ -472,16 +480,7 @@ def test_legacy_aiokafka_built(magic, codec):
 @pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP, Compression.SNAPPY])
 def test_legacy_kafka_python_built(magic, codec, kafka_python_snappy):
     builder = KpLegacyBuilder(magic=magic, compression_type=codec, batch_size=1 << 20)
-    first = 0 if codec == Compression.NONE else 20
-    for i, (k, v, ts) in enumerate(LEGACY_SAMPLE):
-        builder.append(i if magic == 1 else first + i, ts, k, v)
-    data = bytes(builder.build())
-    if codec != Compression.NONE:
-        data = assign_wrapper_offset(data, first + len(LEGACY_SAMPLE) - 1)
-    ours = view_records(decode_message_set(data))
-    assert ours == legacy_expected(magic, first, LEGACY_SAMPLE)
-    theirs = [(o, -1 if ts is None else ts, k, v, h) for o, ts, k, v, h in kp_read(data)]
-    assert ours == theirs
+    check_legacy_build(builder, magic, codec, 20, kp_read)
 
 
 def legacy_message(offset: int, magic: int, attrs: int, key: bytes | None, value: bytes | None,
