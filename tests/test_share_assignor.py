@@ -223,3 +223,14 @@ def test_fill_repairs_when_only_own_partitions_have_room() -> None:
     assert _holders(result) == Counter({("t", 0): 2, ("t", 1): 2})
     assert 1 in result["m002"]["t"]
     assert sorted(_loads(result)) == [1, 1, 2]
+
+
+@given(st.integers(1, 8), st.sets(st.integers(0, 9), max_size=10), st.sets(st.integers(0, 9), max_size=10))
+def test_only_assignable_partitions_are_assigned(n_members, allowed_a, allowed_b) -> None:
+    members = {f"m{i}": frozenset({"a", "b"}) for i in range(n_members)}
+    out = assign(members, {"a": allowed_a, "b": allowed_b})
+    got_a = set().union(*(o.get("a", set()) for o in out.values()))
+    got_b = set().union(*(o.get("b", set()) for o in out.values()))
+    assert got_a == allowed_a and got_b == allowed_b
+    loads = [sum(len(ps) for ps in o.values()) for o in out.values()]
+    assert max(loads) - min(loads) <= 1

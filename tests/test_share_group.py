@@ -7,13 +7,18 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.share.group import HeartbeatResult, ShareGroup
+from broker.share.group import HeartbeatResult, InitState, ShareGroup
 from protocol.errors import ErrorCode
 
 SESSION = 45_000
 MAX = 200
 T1 = uuid.UUID(int=1)
 T2 = uuid.UUID(int=2)
+
+
+def init_all(g: ShareGroup, topics: dict[str, tuple[uuid.UUID, int]]) -> None:
+    """Stand-in for a share coordinator that already holds state for every partition."""
+    g.initialized = {tid: InitState(name, frozenset(range(count))) for name, (tid, count) in topics.items()}
 
 
 class Harness:
@@ -25,6 +30,7 @@ class Harness:
     def hb(
         self, member: str, epoch: int, subs: list[str] | None = None, max_size: int = MAX, rack: str | None = None
     ) -> HeartbeatResult:
+        init_all(self.g, self.topics)
         return self.g.heartbeat(member, epoch, rack, subs, self.topics, self.now, SESSION, max_size)
 
     def join(self, member: str, subs: list[str] | None = None) -> HeartbeatResult:
@@ -274,6 +280,7 @@ def test_random_sequences_keep_invariants(ops: list[tuple[str, object, object]])
 
     def heartbeat(member: str, epoch: int, subs: object) -> HeartbeatResult:
         names = None if subs is None else sorted(subs)  # type: ignore[call-overload]
+        init_all(g, topics)
         return g.heartbeat(member, epoch, None, names, topics, now, SESSION, 4)
 
     for kind, x, y in ops:
@@ -360,3 +367,82 @@ def test_random_sequences_keep_invariants(ops: list[tuple[str, object, object]])
             max_epoch[m] = mem.member_epoch
         assert g.state == ("Stable" if g.members else "Empty")
         assert set(known) == set(g.members)
+
+
+# -- share state initialization ---------------------------------------------------
+
+RETRY = 30_000
+
+
+def raw_join(g: ShareGroup, topics: dict, now: int, member: str = "m1", subs: list[str] | None = None):
+    return g.heartbeat(member, 0, None, subs or ["a"], topics, now, SESSION, MAX)
+
+
+def test_uninitialized_partitions_are_not_assigned_until_initialized() -> None:
+    g = ShareGroup("g", 0)
+    topics = {"a": (T1, 2)}
+    r = raw_join(g, topics, 0)
+    assert r.error == ErrorCode.NONE and r.assignment == {}
+    todo = g.to_initialize(topics, 0, RETRY)
+    assert todo == {T1: InitState("a", frozenset({0, 1}), 0)}
+    assert g.initializing[T1].partitions == {0, 1} and g.state_dirty
+    assert g.to_initialize(topics, 1, RETRY) == {}  # already asked, not yet stale
+    epoch = g.group_epoch
+    g.initialized_partitions(T1, "a", [0, 1])
+    assert g.group_epoch == epoch + 1 and T1 not in g.initializing
+    r = g.heartbeat("m1", r.member_epoch, None, None, topics, 2, SESSION, MAX)
+    assert r.assignment == {T1: {0, 1}} and r.member_epoch == epoch + 1
+
+
+def test_stuck_initialization_is_retried_after_the_interval_and_failure_at_once() -> None:
+    g = ShareGroup("g", 0)
+    topics = {"a": (T1, 1)}
+    raw_join(g, topics, 0)
+    assert g.to_initialize(topics, 0, RETRY)
+    assert g.to_initialize(topics, RETRY - 1, RETRY) == {}
+    again = g.to_initialize(topics, RETRY, RETRY)
+    assert again == {T1: InitState("a", frozenset({0}), RETRY)}
+    g.initialize_failed(T1, [0])
+    assert T1 not in g.initializing
+    assert g.to_initialize(topics, RETRY + 1, RETRY) == {T1: InitState("a", frozenset({0}), RETRY + 1)}
+
+
+def test_partition_growth_initializes_only_the_new_partitions() -> None:
+    g = ShareGroup("g", 0)
+    topics = {"a": (T1, 1)}
+    raw_join(g, topics, 0)
+    g.to_initialize(topics, 0, RETRY)
+    g.initialized_partitions(T1, "a", [0])
+    topics["a"] = (T1, 3)
+    assert g.to_initialize(topics, 1, RETRY) == {T1: InitState("a", frozenset({1, 2}), 1)}
+    g.initialized_partitions(T1, "a", [1])
+    assert g.initialized[T1].partitions == {0, 1} and g.initializing[T1].partitions == {2}
+
+
+def test_unsubscribed_or_recreated_topics_move_to_deleting() -> None:
+    g = ShareGroup("g", 0)
+    topics = {"a": (T1, 1), "b": (T2, 1)}
+    r = raw_join(g, topics, 0, subs=["a", "b"])
+    for tid, st_ in g.to_initialize(topics, 0, RETRY).items():
+        g.initialized_partitions(tid, st_.name, st_.partitions)
+    assert g.to_delete(topics) == {}
+    r = g.heartbeat("m1", r.member_epoch, None, ["a"], topics, 1, SESSION, MAX)
+    assert g.to_delete(topics) == {T2: InitState("b", frozenset({0}))}
+    assert g.deleting == {T2: "b"} and T2 not in g.initialized
+    g.deleted_topics([T2])
+    assert g.deleting == {}
+    t3 = uuid.UUID(int=3)
+    topics["a"] = (t3, 1)  # re-created under a new id
+    assert g.to_delete(topics) == {T1: InitState("a", frozenset({0}))}
+    assert g.to_initialize(topics, 2, RETRY) == {t3: InitState("a", frozenset({0}), 2)}
+
+
+def test_forget_offsets() -> None:
+    g = ShareGroup("g", 0)
+    topics = {"a": (T1, 2)}
+    raw_join(g, topics, 0)
+    g.to_initialize(topics, 0, RETRY)
+    g.initialized_partitions(T1, "a", [0])
+    assert g.forget_offsets(T1) == InitState("a", frozenset({0, 1}))
+    assert g.forget_offsets(T1) is None
+    assert not g.initialized and not g.initializing

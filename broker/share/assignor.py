@@ -28,7 +28,7 @@ same answer.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 __all__ = ["assign"]
 
@@ -38,37 +38,42 @@ Assignment = dict[str, dict[str, set[int]]]
 
 def assign(
     members: Mapping[str, frozenset[str]],
-    topic_partitions: Mapping[str, int],
+    topic_partitions: Mapping[str, int | Collection[int]],
     current: Mapping[str, Mapping[str, frozenset[int]]] | None = None,
 ) -> Assignment:
     """Compute the target assignment of a share group.
 
     `members` maps member id to subscribed topic names; `topic_partitions` maps
-    topic to partition count (topics missing from it do not exist yet and are
-    skipped); `current` is the previous target assignment (member -> topic ->
-    partitions), used only for stickiness. Every member appears in the result,
-    possibly with an empty mapping.
+    topic to its partition count, or to the partitions that may be assigned
+    (a share group assigns only partitions whose share state is initialized);
+    topics missing from it do not exist yet and are skipped. `current` is the
+    previous target assignment (member -> topic -> partitions), used only for
+    stickiness. Every member appears in the result, possibly with an empty
+    mapping.
     """
     member_ids = sorted(members)
     result: Assignment = {m: {} for m in member_ids}
     if not member_ids:
         return result
     previous = current or {}
+    assignable = {
+        t: tuple(range(ps)) if isinstance(ps, int) else tuple(sorted(ps)) for t, ps in topic_partitions.items()
+    }
     subscriptions = {m: frozenset(members[m]) for m in member_ids}
     first = subscriptions[member_ids[0]]
 
     if all(subscriptions[m] == first for m in member_ids):
-        topics = [(t, topic_partitions[t]) for t in sorted(first) if topic_partitions.get(t, 0) > 0]
+        topics = [(t, assignable[t]) for t in sorted(first) if assignable.get(t)]
         _assign_pool(member_ids, topics, previous, dict.fromkeys(member_ids, 0), result)
         return result
 
     load = dict.fromkeys(member_ids, 0)
     for topic in sorted({t for s in subscriptions.values() for t in s}):
-        count = topic_partitions.get(topic, 0)
-        if count <= 0:
+        partitions = assignable.get(topic)
+        if not partitions:
             continue
         subscribers = [m for m in member_ids if topic in subscriptions[m]]
-        _assign_pool(subscribers, [(topic, count)], previous, load, result)
+        _assign_pool(subscribers, [(topic, partitions)], previous, load, result)
         for m in subscribers:
             load[m] += len(result[m].get(topic, ()))
     return result
@@ -80,13 +85,13 @@ def _ceil_div(a: int, b: int) -> int:
 
 def _assign_pool(
     members: Sequence[str],
-    topics: Sequence[tuple[str, int]],
+    topics: Sequence[tuple[str, Sequence[int]]],
     previous: Mapping[str, Mapping[str, frozenset[int]]],
     load_so_far: Mapping[str, int],
     result: Assignment,
 ) -> None:
     """Share the partitions of `topics` among `members` (sorted), writing into `result`."""
-    pool = [(t, p) for t, count in topics for p in range(count)]
+    pool = [(t, p) for t, partitions in topics for p in partitions]
     n_members, n_parts = len(members), len(pool)
     if n_members == 0 or n_parts == 0:
         return
@@ -104,8 +109,8 @@ def _assign_pool(
     for m in members:
         mine = previous.get(m, {})
         kept: set[int] = set()
-        for t, count in topics:
-            kept.update(index_of[(t, p)] for p in mine.get(t, ()) if 0 <= p < count)
+        for t, _ in topics:
+            kept.update(index_of[(t, p)] for p in mine.get(t, ()) if (t, p) in index_of)
         held.append(kept)
 
     # 2. Quotas: the multiset of counts comes from the formula; the larger counts

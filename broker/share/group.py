@@ -25,6 +25,18 @@ next heartbeat, because that is when fresh topic metadata is at hand (this is
 also what Kafka does). ``dirty`` says something a coordinator record would
 hold (epochs, members, subscriptions, target or current assignments) changed,
 so the caller can persist the group and clear the flag.
+
+Share state initialization (KIP-932): a partition is assignable only once the
+share coordinator holds state for it in this group. The group tracks each
+topic's partitions as *initializing* (asked, with the time it asked) or
+*initialized*, and topics it dropped as *deleting*. :meth:`to_initialize`
+picks the partitions of subscribed topics that need an
+InitializeShareGroupState call (new ones, or ones stuck initializing longer
+than the retry interval); :meth:`initialized_partitions` /
+:meth:`initialize_failed` record the outcome, and a success bumps the group
+epoch so the next heartbeat assigns the new partitions. :meth:`to_delete`
+moves topics nobody subscribes to any more (or that were deleted) to
+*deleting* for a DeleteShareGroupState call; :meth:`deleted_topics` drops them.
 """
 
 from __future__ import annotations
@@ -60,7 +72,17 @@ class ShareMember:
     client_host: str = ""
     subscribed_topic_names: frozenset[str] = frozenset()
     assigned: TopicAssignment = field(default_factory=dict)
+    previous_member_epoch: int = -1
     session_deadline_ms: int = 0
+
+
+@dataclass(slots=True)
+class InitState:
+    """A topic's partitions in one of the share-state sets (name kept for records and admin)."""
+
+    name: str
+    partitions: frozenset[int]
+    timestamp_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -92,6 +114,10 @@ class ShareGroup:
         self.state = EMPTY
         self.state_timestamp = now_ms
         self.dirty = False
+        self.initializing: dict[uuid.UUID, InitState] = {}
+        self.initialized: dict[uuid.UUID, InitState] = {}
+        self.deleting: dict[uuid.UUID, str] = {}
+        self.state_dirty = False  # the StatePartitionMetadata image changed
 
     # -- helpers ---------------------------------------------------------------
     def _update_state(self, now_ms: int) -> None:
@@ -117,9 +143,14 @@ class ShareGroup:
         for member_id, by_id in self.target.items():
             if member_id in self.members:
                 current[member_id] = {names_by_id[t]: ps for t, ps in by_id.items() if t in names_by_id}
+        assignable: dict[str, frozenset[int]] = {}
+        for name, (tid, count) in topics.items():
+            done = self.initialized.get(tid)
+            if done is not None:
+                assignable[name] = frozenset(p for p in done.partitions if p < count)
         result = assign(
             {m: member.subscribed_topic_names for m, member in self.members.items()},
-            {name: count for name, (_, count) in topics.items()},
+            assignable,
             current,
         )
         target = {
@@ -203,6 +234,7 @@ class ShareGroup:
         before = member.assigned
         target = dict(self.target.get(member_id, {}))
         if member.member_epoch != self.assignment_epoch or target != before:
+            member.previous_member_epoch = member.member_epoch
             member.member_epoch = self.assignment_epoch
             member.assigned = target
             self.dirty = True
@@ -211,6 +243,103 @@ class ShareGroup:
         send = member_epoch == JOIN_EPOCH or subscription is not None or target != before
         assignment = {t: set(ps) for t, ps in target.items()} if send else None
         return HeartbeatResult(ErrorCode.NONE, member_id, member.member_epoch, assignment)
+
+    # -- share state initialization ---------------------------------------------
+    def to_initialize(
+        self, topics: Mapping[str, tuple[uuid.UUID, int]], now_ms: int, retry_interval_ms: int
+    ) -> dict[uuid.UUID, InitState]:
+        """Partitions of subscribed topics that need InitializeShareGroupState now.
+
+        They are recorded as initializing (timestamp `now_ms`); the caller
+        persists the group, makes the calls, and reports back.
+        """
+        out: dict[uuid.UUID, InitState] = {}
+        for name in sorted(self._subscribed_names()):
+            if name not in topics:
+                continue
+            tid, count = topics[name]
+            done = self.initialized.get(tid)
+            pending = self.initializing.get(tid)
+            need = set(range(count))
+            if done is not None:
+                need -= done.partitions
+            if pending is not None and now_ms - pending.timestamp_ms < retry_interval_ms:
+                need -= pending.partitions
+            if not need:
+                continue
+            keep = pending.partitions if pending is not None else frozenset()
+            self.initializing[tid] = InitState(name, keep | need, now_ms)
+            out[tid] = InitState(name, frozenset(need), now_ms)
+            self.state_dirty = True
+        return out
+
+    def initialized_partitions(self, topic_id: uuid.UUID, name: str, partitions: Iterable[int]) -> None:
+        """InitializeShareGroupState succeeded for these partitions: they become assignable."""
+        parts = frozenset(partitions)
+        if not parts:
+            return
+        pending = self.initializing.get(topic_id)
+        if pending is not None:
+            rest = pending.partitions - parts
+            if rest:
+                pending.partitions = rest
+            else:
+                del self.initializing[topic_id]
+        done = self.initialized.get(topic_id)
+        self.initialized[topic_id] = InitState(name, parts | (done.partitions if done else frozenset()))
+        self.state_dirty = True
+        self._bump()  # the next heartbeat computes a target that includes them
+
+    def initialize_failed(self, topic_id: uuid.UUID, partitions: Iterable[int]) -> None:
+        """The call failed: forget the attempt so a later heartbeat retries at once."""
+        pending = self.initializing.get(topic_id)
+        if pending is None:
+            return
+        rest = pending.partitions - frozenset(partitions)
+        if rest:
+            pending.partitions = rest
+        else:
+            del self.initializing[topic_id]
+        self.state_dirty = True
+
+    def to_delete(self, topics: Mapping[str, tuple[uuid.UUID, int]]) -> dict[uuid.UUID, InitState]:
+        """Topics whose share state should go: unsubscribed by every member, or deleted.
+
+        They move to deleting; returns what the caller should delete (every
+        partition the group initialized or was initializing).
+        """
+        subscribed = self._subscribed_names()
+        live_ids = {tid for tid, _ in topics.values()}
+        out: dict[uuid.UUID, InitState] = {}
+        for tid in set(self.initialized) | set(self.initializing):
+            done = self.initialized.get(tid)
+            pending = self.initializing.get(tid)
+            name = (done or pending).name  # type: ignore[union-attr]
+            if name in subscribed and tid in live_ids and topics[name][0] == tid:
+                continue
+            parts = (done.partitions if done else frozenset()) | (pending.partitions if pending else frozenset())
+            self.initialized.pop(tid, None)
+            self.initializing.pop(tid, None)
+            self.deleting[tid] = name
+            out[tid] = InitState(name, parts)
+            self.state_dirty = True
+        return out
+
+    def deleted_topics(self, topic_ids: Iterable[uuid.UUID]) -> None:
+        """DeleteShareGroupState finished for these topics."""
+        for tid in topic_ids:
+            if self.deleting.pop(tid, None) is not None:
+                self.state_dirty = True
+
+    def forget_offsets(self, topic_id: uuid.UUID) -> InitState | None:
+        """DeleteShareGroupOffsets: the topic's state is deleted; it is neither initialized nor initializing."""
+        done = self.initialized.pop(topic_id, None)
+        pending = self.initializing.pop(topic_id, None)
+        if done is None and pending is None:
+            return None
+        self.state_dirty = True
+        parts = (done.partitions if done else frozenset()) | (pending.partitions if pending else frozenset())
+        return InitState((done or pending).name, parts)  # type: ignore[union-attr]
 
     # -- timers / admin --------------------------------------------------------
     def expire(self, now_ms: int) -> list[str]:
