@@ -186,6 +186,18 @@ class CoordinatorRuntime:
         self.broker.on_append(partition)
         return self.broker.flusher.flush(partition.log, info.last_offset + 1)
 
+    def barrier(self, p: int) -> asyncio.Future | None:
+        """A future for "everything written to partition p so far is durable", or None if it is.
+
+        A read-only operation answers after this, so it never reports state
+        whose records a crash could still lose.
+        """
+        log_ = self.partition(p).log
+        end = log_.log_end_offset
+        if log_.recovery_point >= end:
+            return None
+        return self.broker.flusher.flush(log_, end)
+
     async def write(self, p: int, op: Callable[[Any], tuple[Sequence[Record], Any]]) -> Any:
         """Run `op` on the shard; persist its records; return its response once durable."""
         shard = self.shard(p)
