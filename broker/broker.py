@@ -26,6 +26,7 @@ from typing import Any
 from broker.clock import SystemClock
 from broker.fetch_session import FetchSessionCache
 from broker.flusher import Flusher
+from broker.group_configs import GroupConfigs
 from broker.handlers import handler_table
 from broker.handlers.api_versions import body as api_versions_body
 from broker.handlers.fetch import fetch_key
@@ -85,6 +86,8 @@ class Broker:
         self.fetch_purgatory = Purgatory("Fetch", self.timer)
         self.topics = TopicManager(self.data_dir, self._open_partition)
         self.topics.load(self.clean_start)
+        self.group_configs = GroupConfigs(self.data_dir, self.config)
+        self.group_configs.load()
         from broker.groups.coordinator import GroupCoordinator
 
         self.groups = GroupCoordinator(self)

@@ -25,6 +25,7 @@ from broker.coordinator.runtime import CoordinatorRuntime, Record
 from broker.groups.classic import ClassicGroup, GroupState, JoinParams
 from broker.groups.shard import GroupMetadataKey, GroupSettings, GroupShard
 from broker.purgatory import DelayedOperation, Purgatory
+from broker.share.group_service import ShareGroupService
 from broker.timing_wheel import TimerTask
 from protocol.coordinator_records import serde
 from protocol.errors import ErrorCode, KafkaErrorResponse
@@ -127,6 +128,7 @@ class GroupCoordinator:
         self._last_seen: dict[str, tuple] = {}  # (state, generation) last logged per group
         self._tasks: set[asyncio.Task] = set()
         self._expiry_task: asyncio.Task | None = None
+        self.share = ShareGroupService(broker, self)
 
     # -- clocks ------------------------------------------------------------------
     def now(self) -> int:
@@ -154,8 +156,10 @@ class GroupCoordinator:
                 for m in g.members.values():
                     m.heartbeat_deadline_ms = self.now() + m.session_timeout_ms
                 self.after(p, g)
+        self.share.after_load()
 
     def close(self) -> None:
+        self.share.close()
         self.runtime.close()
         if self._expiry_task is not None:
             self._expiry_task.cancel()
@@ -258,10 +262,14 @@ class GroupCoordinator:
 
     # -- membership ------------------------------------------------------------------
     def _route(self, gid: str) -> tuple[int, GroupShard]:
+        """The shard of a classic group id (a share group's id is GROUP_ID_NOT_FOUND here)."""
         if not gid:
             raise KafkaErrorResponse(ErrorCode.INVALID_GROUP_ID)
         p = self.runtime.partition_of(gid)
-        return p, self.runtime.shard(p)
+        shard = self.runtime.shard(p)
+        if gid in shard.share_groups:
+            raise KafkaErrorResponse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a classic group.")
+        return p, shard
 
     async def join(self, gid: str, params: JoinParams) -> Any:
         from broker.groups.classic import JoinResult
@@ -397,7 +405,10 @@ class GroupCoordinator:
             try:
                 p, shard = self._route(gid)
             except KafkaErrorResponse as e:
-                out.append(e.code)
+                if e.code == ErrorCode.GROUP_ID_NOT_FOUND:
+                    out.append(await self.share.delete_group(gid))
+                else:
+                    out.append(e.code)
                 continue
             group = shard.group(gid)
             if group is None and gid not in shard.offsets:

@@ -20,6 +20,8 @@ from typing import Any
 
 from broker.coordinator.runtime import Record
 from broker.groups.classic import ClassicGroup, GroupState, Member
+from broker.share.group import ShareGroup
+from broker.share.group_records import Image, ShareGroupReplayer, is_share_record
 from protocol.coordinator_records import CoordinatorRecord, serde
 from protocol.errors import ErrorCode
 
@@ -55,6 +57,9 @@ class GroupShard:
         self.now_ms = now_ms  # callable: wall-clock ms (records carry timestamps)
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        self.share_groups: dict[str, ShareGroup] = {}
+        self.share_images: dict[str, Image] = {}  # what the log holds for each share group
+        self._share_replayer = ShareGroupReplayer(self.share_groups, now_ms)
         self.loading = True
 
     # -- replay ----------------------------------------------------------------
@@ -74,6 +79,9 @@ class GroupShard:
                 )
                 if k.group not in self.groups:
                     self.groups[k.group] = self._new_group(k.group)
+        elif is_share_record(name):
+            if self.loading:  # live, the ShareGroup objects are already the truth
+                self._share_replayer.replay(record)
         elif name == "GroupMetadata":
             gid = record.key.group
             if record.value is None:
@@ -109,6 +117,7 @@ class GroupShard:
 
     def finish_loading(self) -> None:
         self.loading = False
+        self.share_images = self._share_replayer.finish(self.share_groups.values())
 
     # -- groups ------------------------------------------------------------------
     def group(self, gid: str, create: bool = False) -> ClassicGroup | None:

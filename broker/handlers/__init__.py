@@ -53,7 +53,16 @@ class HandlerTable:
 
 def handler_table() -> HandlerTable:
     """Every API this broker serves."""
-    from broker.handlers import admin, api_versions, fetch, groups, list_offsets, metadata, produce
+    from broker.handlers import (
+        admin,
+        api_versions,
+        fetch,
+        groups,
+        list_offsets,
+        metadata,
+        produce,
+        share_groups,
+    )
 
     t = HandlerTable()
     api_versions.register(t)
@@ -63,4 +72,5 @@ def handler_table() -> HandlerTable:
     fetch.register(t)
     list_offsets.register(t)
     groups.register(t)
+    share_groups.register(t)
     return t

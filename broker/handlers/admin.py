@@ -1,5 +1,6 @@
 """Topic administration and configs: CreateTopics, DeleteTopics, CreatePartitions,
-DescribeConfigs, IncrementalAlterConfigs.
+DescribeConfigs, IncrementalAlterConfigs (TOPIC, BROKER and GROUP resources;
+group overrides live in ``broker.group_configs``).
 
 Validation happens before any change, so a rejected request leaves topics and
 their logs untouched. A single node means replication factor 1 (or -1 for
@@ -188,7 +189,8 @@ def handle_describe_configs(broker: Any, ctx: Any, req: Any) -> Any:
             resource_type=res.resource_type, resource_name=res.resource_name, error_message=None
         )
         results.append(r)
-        names = res.configuration_keys
+        # Kafka describes every config when the key list is null or empty.
+        names = res.configuration_keys or None
         if res.resource_type == RESOURCE_TOPIC:
             topic = broker.topics.get(res.resource_name)
             if topic is None:
@@ -202,6 +204,12 @@ def handle_describe_configs(broker: Any, ctx: Any, req: Any) -> Any:
                 r.error_message = f"Unexpected broker id, expected {broker.node_id}."
                 continue
             entries = broker.config.describe(names)
+        elif res.resource_type == RESOURCE_GROUP and broker.group_configs is not None:
+            try:
+                entries = broker.group_configs.describe(res.resource_name, names)
+            except KafkaErrorResponse as e:
+                r.error_code, r.error_message = e.code, e.detail
+                continue
         else:
             r.error_code = ErrorCode.INVALID_REQUEST
             r.error_message = f"Unsupported resource type {res.resource_type}."

@@ -8,6 +8,8 @@ answer for the request's version. All group logic lives in broker/groups/.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from broker.groups.classic import GroupState, JoinParams
@@ -41,7 +43,11 @@ def handle_find_coordinator(broker: Any, ctx: Any, req: Any) -> Any:
             c.error_code, c.node_id, c.port, c.host = ErrorCode.INVALID_REQUEST, -1, -1, ""
             c.error_message = "empty group id"
         elif req.key_type == KEY_SHARE and broker.share_coordinator is not None:
-            c.node_id, c.host, c.port = broker.node_id, broker.host, broker.port
+            if _valid_share_key(key):
+                c.node_id, c.host, c.port = broker.node_id, broker.host, broker.port
+            else:
+                c.error_code, c.node_id, c.port, c.host = ErrorCode.INVALID_REQUEST, -1, -1, ""
+                c.error_message = f"Share coordinator key {key!r} is not groupId:topicId:partition."
         else:
             c.error_code, c.node_id, c.port, c.host = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ""
             c.error_message = "Shoal does not coordinate this key type"
@@ -57,6 +63,19 @@ def handle_find_coordinator(broker: Any, ctx: Any, req: Any) -> Any:
         host=c.host,
         port=c.port,
     )
+
+
+def _valid_share_key(key: str) -> bool:
+    """A share-partition key: "group:topicId:partition", topic id in Kafka's base64 form."""
+    parts = key.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0]:
+        return False
+    _, tid, partition = parts
+    try:
+        raw = base64.urlsafe_b64decode(tid + "==")
+    except (ValueError, binascii.Error):
+        return False
+    return len(tid) == 22 and len(raw) == 16 and partition.isdigit()
 
 
 async def handle_join_group(broker: Any, ctx: Any, req: Any) -> Any:
@@ -264,7 +283,11 @@ def handle_describe_groups(broker: Any, ctx: Any, req: Any) -> Any:
         try:
             _, shard = broker.groups._route(gid)
         except KafkaErrorResponse as e:
-            d.error_code = e.code
+            if e.code == ErrorCode.GROUP_ID_NOT_FOUND:  # another type of group: unknown to this API
+                d.group_state = GroupState.DEAD.value
+                if ctx.api_version < 6:
+                    continue
+            d.error_code, d.error_message = e.code, e.detail
             continue
         g = shard.group(gid)
         if g is None:
@@ -309,6 +332,13 @@ def handle_list_groups(broker: Any, ctx: Any, req: Any) -> Any:
                 cls.ListedGroup(
                     group_id=gid, protocol_type=g.protocol_type or "", group_state=g.state.value, group_type="classic"
                 )
+            )
+    if not types or "share" in types:
+        for sg in broker.groups.share.list_groups():
+            if states and sg.state.lower() not in states:
+                continue
+            out.append(
+                cls.ListedGroup(group_id=sg.group_id, protocol_type="share", group_state=sg.state, group_type="share")
             )
     return cls(throttle_time_ms=0, error_code=0, groups=out)
 

@@ -128,6 +128,10 @@ class ShareGroup:
             self.state = state
             self.state_timestamp = now_ms
 
+    def refresh_state(self, now_ms: int) -> None:
+        """Empty or Stable from the members (after a replay rebuilt them)."""
+        self._update_state(now_ms)
+
     def _bump(self) -> None:
         self.group_epoch += 1
         self.dirty = True
