@@ -58,7 +58,7 @@ class Broker:
         self.producer_ids: ProducerIdManager | None = None
         self.group_configs: Any = None  # share/consumer group configs: the share-group issue
         self.groups: Any = None  # GroupCoordinator, created at start
-        self.share_coordinator: Any = None  # the share-group issue
+        self.share_coordinator: Any = None  # ShareCoordinator (share groups on), created at start
         self.server: Any = None
         self.host = ""
         self.port = 0
@@ -92,6 +92,11 @@ class Broker:
 
         self.groups = GroupCoordinator(self)
         self.groups.start()
+        if self.config.share_groups_enabled:
+            from broker.share.coordinator import ShareCoordinator
+
+            self.share_coordinator = ShareCoordinator(self)
+            self.share_coordinator.start()
         self.server = Server(self)
         host, port = self.config.listener_host_port()
         await self.server.start(host, port)
@@ -121,6 +126,8 @@ class Broker:
             self.fetch_purgatory.shutdown()
         if self.groups is not None:
             self.groups.close()
+        if self.share_coordinator is not None:
+            self.share_coordinator.close()
         await self.flusher.close()
         if server is not None:
             await server.close()
@@ -172,6 +179,8 @@ class Broker:
             self.fetch_purgatory.check_and_complete(fetch_key(name, p.index))
         if self.groups is not None:
             self.groups.on_topic_deleted(name)
+        if self.share_coordinator is not None:
+            self.share_coordinator.on_topic_deleted(topic.topic_id)
 
     # -- request dispatch --------------------------------------------------------
     def dispatch(self, ctx: Any, body: Any, slot: Any, conn: Any) -> None:

@@ -1195,6 +1195,14 @@ BROKER_CONFIGS: Final = ConfigDef.of(
         importance=_HIGH,
         validator=_AT_LEAST_1,
     ),
+    _key(
+        "share.coordinator.state.topic.prune.interval.ms",
+        _INT,
+        300000,
+        "How often the redundant prefix of each __share_group_state partition is deleted.",
+        importance=_LOW,
+        validator=_AT_LEAST_1,
+    ),
     # transactions and producer state
     _key(
         "transactional.id.expiration.ms",

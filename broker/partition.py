@@ -249,6 +249,16 @@ class Partition:
             self.producers.truncate_head(self.log.log_start_offset)
         self.producers.remove_expired(now_ms)
 
+    def advance_log_start(self, offset: int) -> bool:
+        """DeleteRecords: records below `offset` go (the share coordinator prunes with it)."""
+        try:
+            moved = self.log.advance_log_start(offset)
+        except OffsetOutOfRange as e:
+            raise KafkaErrorResponse(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
+        if moved:
+            self.producers.truncate_head(self.log.log_start_offset)
+        return moved
+
     def reconfigure(self) -> None:
         self.settings = resolve_topic_configs(self.topic.configs, self.broker.config)
         self.log.config = log_config(self.topic.configs, self.broker.config)

@@ -62,6 +62,7 @@ def handler_table() -> HandlerTable:
         metadata,
         produce,
         share_groups,
+        share_state,
     )
 
     t = HandlerTable()
@@ -73,4 +74,5 @@ def handler_table() -> HandlerTable:
     list_offsets.register(t)
     groups.register(t)
     share_groups.register(t)
+    share_state.register(t)
     return t

@@ -43,7 +43,9 @@ from broker.log.recovery import (
     RecoveryReport,
     encode_recovery_point,
     load_segments,
+    read_log_start,
     read_recovery_point,
+    write_log_start,
 )
 from broker.log.retention import SegmentStats, select_for_deletion
 from broker.log.segment import (
@@ -196,6 +198,7 @@ class PartitionLog:
         "_rp_fd",
         "_segments",
         "_size",
+        "_start",
         "checkpoint_on_flush",
         "clock",
         "config",
@@ -211,6 +214,9 @@ class PartitionLog:
         self._bases: list[int] = []
         self._size = 0
         self._recovery_point = 0
+        # Log start inside the first segment (advance_log_start); the first
+        # segment's base rules when it is higher.
+        self._start = 0
         # Kafka persists the recovery point on every flush, so an unclean
         # restart re-checks only unflushed data. The broker turns this off to
         # re-validate everything written since the last clean shutdown.
@@ -257,6 +263,10 @@ class PartitionLog:
         leo = segments[-1].next_offset
         rp = leo if clean_shutdown and not report.truncated else min(rp, leo)
         log._recovery_point = max(rp, segments[0].base_offset)
+        # A start stored above what recovery kept means the tail it covered
+        # was lost: the log then starts (empty) at its end.
+        log._start = min(read_log_start(directory), leo)
+        log._drop_segments_below_start()  # a crash may have come between the two steps
         report.log_start_offset = log.log_start_offset
         report.log_end_offset = log.log_end_offset
         log.recovery = report
@@ -273,7 +283,7 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        return max(self._segments[0].base_offset, self._start)
 
     @property
     def log_end_offset(self) -> int:
@@ -720,9 +730,42 @@ class PartitionLog:
         del self._segments[: decision.count]
         del self._bases[: decision.count]
         if decision.count:
-            self._recovery_point = max(self._recovery_point, self.log_start_offset)
+            self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
             self._dir_dirty = True
         return decision.count
+
+    def advance_log_start(self, offset: int) -> bool:
+        """Make every record below ``offset`` unreadable (Kafka's DeleteRecords).
+
+        The new start is written durably before anything is removed; closed
+        segments that then lie wholly below it are deleted, the rest of the
+        prefix is only hidden.  Returns False when the start is already at or
+        past ``offset``; raises OffsetOutOfRange past the log end.
+        """
+        self._check_open()
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+        if offset <= self.log_start_offset:
+            return False
+        write_log_start(self.path, offset)
+        self._start = offset
+        self._drop_segments_below_start()
+        return True
+
+    def _drop_segments_below_start(self) -> None:
+        """Delete closed segments whose every offset is below the log start."""
+        n = 0
+        while n + 1 < len(self._segments) and self._segments[n + 1].base_offset <= self._start:
+            n += 1
+        if not n:
+            return
+        for seg in self._segments[:n]:
+            self._size -= seg.size
+            seg.delete()
+        del self._segments[:n]
+        del self._bases[:n]
+        self._recovery_point = max(self._recovery_point, self._segments[0].base_offset)
+        self._dir_dirty = True
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset ``>= offset``; return bytes removed.
@@ -749,6 +792,9 @@ class PartitionLog:
             os.fsync(self._segments[-1].fd)
         self._bases = [s.base_offset for s in self._segments]
         self._size = sum(s.size for s in self._segments)
+        if self._start > self.log_end_offset:  # truncated below the start: restart there
+            self._start = self.log_end_offset
+            write_log_start(self.path, self._start)
         self._rp_cap = self.log_end_offset
         self._recovery_point = min(self._recovery_point, self.log_end_offset)
         self._write_recovery_point()

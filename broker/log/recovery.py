@@ -33,18 +33,25 @@ from dataclasses import dataclass, field
 from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, parse_segment_name
 
 __all__ = [
+    "LOG_START_FILE",
     "RECOVERY_POINT_FILE",
     "RecoveryReport",
     "Truncation",
     "encode_recovery_point",
     "list_segment_bases",
     "load_segments",
+    "read_log_start",
     "read_recovery_point",
+    "write_log_start",
 ]
 
 RECOVERY_POINT_FILE = "recovery-point"
 _RECOVERY_POINT = struct.Struct(">4sqI")  # magic, offset, crc32 of the first 12 bytes
 _RECOVERY_MAGIC = b"SHRP"
+# A log start offset inside the first segment (DeleteRecords, share-state
+# pruning): same layout as the recovery point, its own magic.
+LOG_START_FILE = "log-start-offset"
+_LOG_START_MAGIC = b"SHLS"
 
 
 @dataclass(slots=True)
@@ -115,8 +122,45 @@ def read_recovery_point(directory: str) -> tuple[int, str | None]:
 
 
 def encode_recovery_point(offset: int) -> bytes:
-    head = _RECOVERY_POINT.pack(_RECOVERY_MAGIC, offset, 0)[:12]
+    return _encode_offset(_RECOVERY_MAGIC, offset)
+
+
+def _encode_offset(magic: bytes, offset: int) -> bytes:
+    head = _RECOVERY_POINT.pack(magic, offset, 0)[:12]
     return head + zlib.crc32(head).to_bytes(4, "big")
+
+
+def read_log_start(directory: str) -> int:
+    """The stored log start offset, 0 when there is none (or it is unreadable:
+    the first segment's base then rules, which only exposes more records)."""
+    try:
+        with open(os.path.join(directory, LOG_START_FILE), "rb") as f:
+            data = f.read(64)
+    except FileNotFoundError:
+        return 0
+    if len(data) == _RECOVERY_POINT.size:
+        magic, offset, crc = _RECOVERY_POINT.unpack(data)
+        if magic == _LOG_START_MAGIC and crc == zlib.crc32(data[:12]) and offset >= 0:
+            return offset
+    return 0
+
+
+def write_log_start(directory: str, offset: int) -> None:
+    """Replace the log start file durably (temp file, fsync, rename, fsync dir)."""
+    path = os.path.join(directory, LOG_START_FILE)
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, _encode_offset(_LOG_START_MAGIC, offset))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def list_segment_bases(directory: str) -> list[int]:

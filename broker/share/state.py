@@ -16,7 +16,14 @@ Two record types keep writes small while bounding replay:
 
 After `snapshot_every` updates since the last snapshot the next write emits
 a ShareSnapshot of the merged state instead (with the snapshot epoch + 1), so
-a replay applies at most one snapshot plus that many updates per key.
+a replay applies at most one snapshot plus that many updates per key
+(`snapshot_every` 0: every write is a snapshot, as Kafka's setting allows).
+
+Because each key's latest snapshot makes its earlier records redundant, the
+shard remembers where that snapshot sits in the log: every record below the
+lowest such offset over the live keys can be deleted without changing what a
+replay rebuilds (`redundant_offset`). The share coordinator uses that to
+advance the topic's log start instead of compacting it, as Kafka does.
 
 Fencing: the state epoch is owned by the group coordinator (it initializes the
 state and bumps the epoch when it resets it); the leader epoch is owned by the
@@ -32,7 +39,9 @@ Choices where Kafka's behaviour is a judgement call:
 * Reading a key that was never initialized answers state epoch 0, start
   offset -1, no batches, no error, and writes nothing.
 * Writing a key that was never initialized creates it (a ShareSnapshot with
-  snapshot epoch 0), as Kafka's shard does.
+  snapshot epoch 0), as Kafka's shard did before 4.1. Since 4.1 Kafka refuses
+  reads and writes of uninitialized keys (INVALID_REQUEST); the share
+  coordinator applies that rule before calling the shard.
 * DeliveryCompleteCount is a whole-partition figure computed by the leader:
   each write replaces it, so -1 ("unknown") overrides an older count.
 * Batches are kept canonical: trimmed at the start offset and coalesced when
@@ -91,6 +100,8 @@ class ShareState:
     updates_since_snapshot: int = 0
     # an update record exists in the log under this key (delete must tombstone it)
     has_update_records: bool = False
+    # log offset of the latest ShareSnapshot of this key (-1: not known)
+    snapshot_offset: int = -1
 
 
 @dataclass(slots=True)
@@ -181,8 +192,8 @@ class ShareStateShard:
         snapshot_every: int = 500,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
-        if snapshot_every < 1:
-            raise ValueError("snapshot_every must be >= 1")
+        if snapshot_every < 0:
+            raise ValueError("snapshot_every must be >= 0")
         self.partition = partition
         self.snapshot_every = snapshot_every
         self.now_ms = now_ms
@@ -213,6 +224,7 @@ class ShareStateShard:
                 state_batches=[_as_batch(b) for b in v.state_batches],
                 updates_since_snapshot=0,
                 has_update_records=old.has_update_records if old is not None else False,
+                snapshot_offset=offset,
             )
         elif name == UPDATE:
             cur = self.states.get(key)
@@ -220,6 +232,7 @@ class ShareStateShard:
             if cur is None:
                 # an update without a snapshot (should not happen): start from it
                 cur = ShareState(v.snapshot_epoch, DEFAULT_STATE_EPOCH, -1, UNINITIALIZED_START_OFFSET, 0, 0)
+                cur.snapshot_offset = offset  # nothing before it is known to matter
                 self.states[key] = cur
             start = v.start_offset if v.start_offset != -1 else cur.start_offset
             cur.state_batches = merge_batches(cur.state_batches, batches, start)
@@ -229,6 +242,12 @@ class ShareStateShard:
             cur.delivery_complete_count = v.delivery_complete_count
             cur.updates_since_snapshot += 1
             cur.has_update_records = True
+
+    def redundant_offset(self, log_end_offset: int) -> int:
+        """The lowest log offset a replay still needs: every record below it is
+        superseded by a later ShareSnapshot of its key, or belongs to a deleted
+        key. With no live key, everything up to `log_end_offset` is."""
+        return min((s.snapshot_offset for s in self.states.values()), default=log_end_offset)
 
     # -- records ---------------------------------------------------------------
     @staticmethod
