@@ -179,6 +179,7 @@ class Broker:
             self.fetch_purgatory.check_and_complete(fetch_key(name, p.index))
         if self.groups is not None:
             self.groups.on_topic_deleted(name)
+            self.groups.share.on_topic_deleted(topic.topic_id)
         if self.share_coordinator is not None:
             self.share_coordinator.on_topic_deleted(topic.topic_id)
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,6 +119,7 @@ class ShareGroup:
         self.initialized: dict[uuid.UUID, InitState] = {}
         self.deleting: dict[uuid.UUID, str] = {}
         self.state_dirty = False  # the StatePartitionMetadata image changed
+        self._subs: Counter[str] = Counter()  # topic -> members subscribing (kept in step with members)
 
     # -- helpers ---------------------------------------------------------------
     def _update_state(self, now_ms: int) -> None:
@@ -129,7 +131,8 @@ class ShareGroup:
             self.state_timestamp = now_ms
 
     def refresh_state(self, now_ms: int) -> None:
-        """Empty or Stable from the members (after a replay rebuilt them)."""
+        """Empty or Stable, and the subscription counts, from the members (after a replay rebuilt them)."""
+        self._subs = Counter(t for m in self.members.values() for t in m.subscribed_topic_names)
         self._update_state(now_ms)
 
     def _bump(self) -> None:
@@ -137,7 +140,8 @@ class ShareGroup:
         self.dirty = True
 
     def _remove(self, member_id: str) -> None:
-        del self.members[member_id]
+        self._subs.subtract(self.members.pop(member_id).subscribed_topic_names)
+        self._subs = +self._subs
         self.target.pop(member_id, None)
         self._bump()
 
@@ -165,7 +169,11 @@ class ShareGroup:
         self.dirty = True
 
     def _subscribed_names(self) -> set[str]:
-        return {t for member in self.members.values() for t in member.subscribed_topic_names}
+        return set(self._subs)
+
+    def subscribed_names(self) -> set[str]:
+        """Every topic some member subscribes to."""
+        return set(self._subs)
 
     # -- ShareGroupHeartbeat ---------------------------------------------------
     def heartbeat(
@@ -215,6 +223,9 @@ class ShareGroup:
             self.members[member_id] = member
             bump = True
         if subscription is not None and subscription != member.subscribed_topic_names:
+            self._subs.subtract(member.subscribed_topic_names)
+            self._subs.update(subscription)
+            self._subs = +self._subs
             member.subscribed_topic_names = subscription
             bump = True
         if rack_id is not None and rack_id != member.rack_id:

@@ -15,9 +15,12 @@ share-offset admin APIs and DeleteGroups into calls on the sans-IO
   share coordinator must not hold up heartbeats); their outcome is recorded
   and, for initializations, bumps the group epoch so the next heartbeat
   assigns the partitions;
-* keeps one session timer per group, armed at the earliest member deadline.
-  Heartbeats only push deadlines later, so the timer is never moved on a
-  heartbeat: when it fires it expires whoever is due and re-arms itself.
+* keeps one DelayedShareSession per group in the coordinator's purgatory
+  (watched under ("share-session", group)), due at the earliest member
+  deadline. Heartbeats only push deadlines later, so a heartbeat never
+  touches it: when it expires it removes whoever is due and re-arms at the
+  next deadline. Only a member joining with an earlier deadline, or the
+  group emptying, completes it early.
 
 Group deadlines use the monotonic clock (the timer's).
 """
@@ -31,9 +34,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from broker.purgatory import DelayedOperation
 from broker.share.group import HeartbeatResult, InitState, ShareGroup
 from broker.share.group_records import diff_records, tombstones
-from broker.timing_wheel import TimerTask
 from protocol.errors import ErrorCode, KafkaErrorResponse
 
 log = logging.getLogger("shoal.share.groups")
@@ -51,6 +54,29 @@ class HeartbeatAnswer:
     assignment: dict[uuid.UUID, set[int]] | None = None
 
 
+class DelayedShareSession(DelayedOperation):
+    """Expire the members of one share group whose session ran out."""
+
+    __slots__ = ("deadline", "gid", "partition", "service")
+
+    def __init__(self, service: ShareGroupService, partition: int, gid: str, deadline: int) -> None:
+        super().__init__(max(0, deadline - service.now()))
+        self.service, self.partition, self.gid, self.deadline = service, partition, gid, deadline
+
+    def try_complete(self) -> bool:
+        shard = self.service.runtime.shards.get(self.partition)
+        g = shard.share_groups.get(self.gid) if shard is not None else None
+        if g is None or self.service.sessions.get(self.gid) is not self:
+            return self.force_complete()  # the group went away, or a newer operation took over
+        return False
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        self.service.expire(self)
+
+
 class ShareGroupService:
     def __init__(self, broker: Any, groups: Any) -> None:
         self.broker = broker
@@ -59,7 +85,7 @@ class ShareGroupService:
         cfg = broker.config
         self.max_size: int = cfg.get("group.share.max.size")
         self.retry_interval_ms: int = cfg.get("group.share.initialize.retry.interval.ms")
-        self._timers: dict[str, TimerTask] = {}
+        self.sessions: dict[str, DelayedShareSession] = {}
         self._tasks: set[asyncio.Task] = set()
         self._last_seen: dict[str, tuple] = {}
 
@@ -90,9 +116,7 @@ class ShareGroupService:
                     self._start_deletes(p, g, {t: InitState(n, frozenset()) for t, n in g.deleting.items()})
 
     def close(self) -> None:
-        for t in self._timers.values():
-            t.cancel()
-        self._timers.clear()
+        self.sessions.clear()
         for task in self._tasks:
             task.cancel()
 
@@ -128,6 +152,8 @@ class ShareGroupService:
     # -- persistence -------------------------------------------------------------------------
     def persist(self, p: int, shard: Any, group: ShareGroup) -> asyncio.Future | None:
         """Write what changed in `group`; a future for durability (None: nothing pending)."""
+        if not group.dirty and not group.state_dirty:
+            return self.runtime.barrier(p)  # a steady heartbeat: nothing to write
         records, img = diff_records(group, shard.share_images.get(group.group_id, {}))
         group.dirty = group.state_dirty = False
         if records:
@@ -167,7 +193,7 @@ class ShareGroupService:
         except KafkaErrorResponse as e:
             return HeartbeatAnswer(e.code, e.detail, member_id or None, member_epoch, interval)
         now = self.now()
-        names = set(subscribed or ()) | {t for m in group.members.values() for t in m.subscribed_topic_names}
+        names = set(subscribed or ()) | group.subscribed_names()
         topics = self.topic_view(names)
         result: HeartbeatResult = group.heartbeat(
             member_id,
@@ -185,7 +211,10 @@ class ShareGroupService:
         deletes: dict[uuid.UUID, InitState] = {}
         if result.error == ErrorCode.NONE:
             inits = group.to_initialize(topics, now, self.retry_interval_ms)
-            deletes = group.to_delete(topics)
+            if subscribed is not None and member_epoch != -1:
+                # A subscription change may leave topics nobody reads: their state goes.
+                # Leaving or expiring does not: an empty group keeps its offsets.
+                deletes = group.to_delete(topics)
         if not group.members and not shard.share_images.get(gid) and group.group_epoch == 0:
             shard.share_groups.pop(gid, None)  # a failed first join leaves nothing behind
             return _answer(result, interval)
@@ -275,23 +304,22 @@ class ShareGroupService:
     # -- session timeouts --------------------------------------------------------------------
     def _arm(self, p: int, group: ShareGroup) -> None:
         gid = group.group_id
+        op = self.sessions.get(gid)
+        if op is not None and not op.is_completed and group.members:
+            return  # deadlines only move later: it expires early at worst, then re-arms
         deadline = group.next_deadline_ms()
-        timer = self._timers.get(gid)
-        if deadline is None:
-            if timer is not None:
-                timer.cancel()
-                del self._timers[gid]
-            return
-        if timer is not None and not timer.cancelled and timer.deadline_ms <= deadline:
-            return  # fires early at worst, then re-arms
-        if timer is not None:
-            timer.cancel()
-        task = TimerTask(deadline, lambda: self._expire(p, gid))
-        self._timers[gid] = task
-        self.broker.timer.add(task)
+        if op is not None:
+            del self.sessions[gid]
+            self.groups.purgatory.check_and_complete(("share-session", gid))
+        if deadline is not None:
+            op = self.sessions[gid] = DelayedShareSession(self, p, gid, deadline)
+            self.groups.purgatory.try_complete_else_watch(op, [("share-session", gid)])
 
-    def _expire(self, p: int, gid: str) -> None:
-        self._timers.pop(gid, None)
+    def expire(self, op: DelayedShareSession) -> None:
+        """A group's session operation ran out: remove the members that are due."""
+        gid, p = op.gid, op.partition
+        if self.sessions.get(gid) is op:
+            del self.sessions[gid]
         shard = self.runtime.shards.get(p)
         group = shard.share_groups.get(gid) if shard is not None else None
         if group is None:
@@ -303,6 +331,13 @@ class ShareGroupService:
             self.persist(p, shard, group)
             self._log_change(group)
         self._arm(p, group)
+
+    def on_topic_deleted(self, topic_id: uuid.UUID) -> None:
+        """The share coordinator drops the topic's state; groups forget they initialized it."""
+        for p, shard in self.runtime.shards.items():
+            for g in shard.share_groups.values():
+                if g.forget_offsets(topic_id) is not None:
+                    self.persist(p, shard, g)
 
     # -- admin -------------------------------------------------------------------------------
     async def describe(self, gid: str) -> ShareGroup:
@@ -334,9 +369,8 @@ class ShareGroupService:
         records = tombstones(shard.share_images.pop(gid, {}))
         del shard.share_groups[gid]
         g.mark_dead(self.now())
-        timer = self._timers.pop(gid, None)
-        if timer is not None:
-            timer.cancel()
+        if self.sessions.pop(gid, None) is not None:
+            self.groups.purgatory.check_and_complete(("share-session", gid))
         self._last_seen.pop(gid, None)
         if records:
             await self.runtime.append(p, records)
