@@ -389,3 +389,70 @@ def test_share_offsets_admin(share_broker) -> None:
         assert s.results[0].partitions[0].start_offset == -1
         other = c.call("AlterShareGroupOffsets", 0, group_id="missing", topics=alter)
         assert other.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def summary_start(c: RawClient, gid: str, tid: uuid.UUID, partition: int) -> int:
+    RS = api_by_name("ReadShareGroupStateSummary").request_class()
+    s = c.call(
+        "ReadShareGroupStateSummary",
+        1,
+        group_id=gid,
+        topics=[
+            RS.ReadStateSummaryData(topic_id=tid, partitions=[RS.PartitionData(partition=partition, leader_epoch=0)])
+        ],
+    )
+    return s.results[0].partitions[0].state_epoch
+
+
+def test_unsubscribed_topic_state_is_deleted_and_empty_group_keeps_it(share_broker) -> None:
+    with RawClient(share_broker.port) as c:
+        create(c, "keep", 1)
+        create(c, "drop", 1)
+        keep, drop = topic_id(c, "keep"), topic_id(c, "drop")
+        r = hb(c, "subs", "m", 0, ["keep", "drop"])
+        r = wait_for_assignment(c, "subs", "m", r, {keep: [0], drop: [0]})
+        assert summary_start(c, "subs", drop, 0) > 0  # initialized: a state epoch is stored
+        r = hb(c, "subs", "m", r.member_epoch, ["keep"])
+        deadline = time.monotonic() + 10
+        while summary_start(c, "subs", drop, 0) != 0 and time.monotonic() < deadline:
+            r = hb(c, "subs", "m", r.member_epoch)
+            time.sleep(0.05)
+        assert summary_start(c, "subs", drop, 0) == 0  # the state of "drop" is gone
+        # Leaving empties the group but keeps the state of what it still subscribed to.
+        assert hb(c, "subs", "m", -1).error_code == 0
+        time.sleep(0.3)
+        assert summary_start(c, "subs", keep, 0) > 0
+        req = [DSO.DescribeShareGroupOffsetsRequestGroup(group_id="subs", topics=None)]
+        d = c.call("DescribeShareGroupOffsets", 1, groups=req).groups[0]
+        assert [t.topic_name for t in d.topics] == ["keep"]
+
+
+def test_group_config_sets_heartbeat_interval_and_session(share_broker) -> None:
+    IAC = api_by_name("IncrementalAlterConfigs").request_class()
+    with RawClient(share_broker.port) as c:
+        create(c, "cfg")
+        resp = c.call(
+            "IncrementalAlterConfigs",
+            1,
+            resources=[
+                IAC.AlterConfigsResource(
+                    resource_type=32,
+                    resource_name="cfg-g",
+                    configs=[
+                        IAC.AlterableConfig(name="share.heartbeat.interval.ms", config_operation=0, value="250"),
+                        IAC.AlterableConfig(name="share.session.timeout.ms", config_operation=0, value="4000"),
+                    ],
+                )
+            ],
+            validate_only=False,
+        )
+        assert resp.responses[0].error_code == 0, resp
+        r = hb(c, "cfg-g", "m", 0, ["cfg"])
+        assert r.heartbeat_interval_ms == 250
+        assert hb(c, "other-g", "m", 0, ["cfg"]).heartbeat_interval_ms == 100
+        start = time.monotonic()
+        while describe(c, "cfg-g").members and time.monotonic() - start < 10:
+            time.sleep(0.1)
+        gone_after = time.monotonic() - start
+        assert describe(c, "cfg-g").members == []
+        assert 3.0 <= gone_after <= 9, gone_after  # the group's 4 s session, not the broker's 1.5 s
