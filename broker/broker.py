@@ -59,6 +59,7 @@ class Broker:
         self.group_configs: Any = None  # share/consumer group configs: the share-group issue
         self.groups: Any = None  # GroupCoordinator, created at start
         self.share_coordinator: Any = None  # ShareCoordinator (share groups on), created at start
+        self.share_partitions: Any = None  # SharePartitionManager: share partitions this node leads
         self.server: Any = None
         self.host = ""
         self.port = 0
@@ -97,6 +98,9 @@ class Broker:
 
             self.share_coordinator = ShareCoordinator(self)
             self.share_coordinator.start()
+        from broker.share.partition_manager import SharePartitionManager
+
+        self.share_partitions = SharePartitionManager(self)
         self.server = Server(self)
         host, port = self.config.listener_host_port()
         await self.server.start(host, port)
@@ -126,6 +130,8 @@ class Broker:
             self.fetch_purgatory.shutdown()
         if self.groups is not None:
             self.groups.close()
+        if self.share_partitions is not None:
+            self.share_partitions.close()
         if self.share_coordinator is not None:
             self.share_coordinator.close()
         await self.flusher.close()
@@ -182,6 +188,8 @@ class Broker:
             self.groups.share.on_topic_deleted(topic.topic_id)
         if self.share_coordinator is not None:
             self.share_coordinator.on_topic_deleted(topic.topic_id)
+        if self.share_partitions is not None:
+            self.share_partitions.on_topic_deleted(topic.topic_id)
 
     # -- request dispatch --------------------------------------------------------
     def dispatch(self, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
@@ -220,7 +228,9 @@ class Broker:
         return api_versions_body(self, ErrorCode.UNSUPPORTED_VERSION)
 
     def connection_closed(self, conn: Any) -> None:
-        pass
+        """A client went away: its share sessions close and their acquired records go back."""
+        if self.share_partitions is not None:
+            self.share_partitions.connection_closed(conn)
 
     # -- background work ---------------------------------------------------------
     async def _retention_loop(self) -> None:

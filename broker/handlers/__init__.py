@@ -61,6 +61,7 @@ def handler_table() -> HandlerTable:
         list_offsets,
         metadata,
         produce,
+        share_fetch,
         share_groups,
         share_state,
     )
@@ -74,5 +75,6 @@ def handler_table() -> HandlerTable:
     list_offsets.register(t)
     groups.register(t)
     share_groups.register(t)
+    share_fetch.register(t)
     share_state.register(t)
     return t

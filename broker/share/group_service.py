@@ -193,6 +193,7 @@ class ShareGroupService:
         except KafkaErrorResponse as e:
             return HeartbeatAnswer(e.code, e.detail, member_id or None, member_epoch, interval)
         now = self.now()
+        rejoined = member_epoch == 0 and member_id in group.members
         names = set(subscribed or ()) | group.subscribed_names()
         topics = self.topic_view(names)
         result: HeartbeatResult = group.heartbeat(
@@ -207,6 +208,9 @@ class ShareGroupService:
             client_id=client_id,
             client_host=client_host,
         )
+        if result.error == ErrorCode.NONE and member_epoch in (-1, 0) and (member_epoch == -1 or rejoined):
+            # A member that left, or rejoined after losing its state, gives back what it holds.
+            self._member_gone(gid, member_id)
         inits: dict[uuid.UUID, InitState] = {}
         deletes: dict[uuid.UUID, InitState] = {}
         if result.error == ErrorCode.NONE:
@@ -327,10 +331,16 @@ class ShareGroupService:
         gone = group.expire(self.now())
         for m in gone:
             log.info("share group %s: member %s left (session timeout)", gid, m)
+            self._member_gone(gid, m)
         if gone:
             self.persist(p, shard, group)
             self._log_change(group)
         self._arm(p, group)
+
+    def _member_gone(self, gid: str, member_id: str) -> None:
+        partitions = self.broker.share_partitions
+        if partitions is not None:
+            partitions.member_removed(gid, member_id)
 
     def on_topic_deleted(self, topic_id: uuid.UUID) -> None:
         """The share coordinator drops the topic's state; groups forget they initialized it."""

@@ -1,0 +1,437 @@
+"""Share partitions on the partition leader: the asyncio shell around SharePartition.
+
+The SharePartition core (broker/share/share_partition.py) decides which
+records a member acquires and what an acknowledgement does; this shell gives
+it what it cannot have itself:
+
+* **State at first use.** A share partition is created when a ShareFetch or
+  ShareAcknowledge first names it: its state is read from the share
+  coordinator (ReadShareGroupState, in-process). A start offset of -1 (the
+  group coordinator initialized it and nobody consumed yet) is resolved by
+  the group's share.auto.offset.reset -- latest = high watermark, earliest =
+  log start, by_duration = the time index -- and that resolved offset is
+  written back at once, so a crash cannot re-resolve "latest" past records
+  that were already handed out.
+* **Log reads.** A fetch reads the log from the core's next fetch offset and
+  passes the batch headers (not the records) to ``acquire``; the response
+  carries the raw batches, trimmed to those that hold acquired offsets.
+  Reading and acquiring happen in one synchronous step, which is the "one
+  fetch at a time per share partition" lock for free.
+* **Durability.** Every change except acquisition and RENEW is written with
+  WriteShareGroupState before anyone is answered. The core requires the
+  writes of one share partition to be sent and committed in the order its
+  Changes were made, so each share partition has one write queue drained by
+  one task. A failed acknowledgement write undoes the in-memory change
+  (``Change.undo``) and the member gets the error; lock expiries and
+  releases are kept even when their write fails (as Kafka does), and the
+  next write carries the state again.
+* **Lock timers.** One timer task per share partition, at the core's
+  earliest lock deadline; expiry writes the releases and wakes waiting
+  fetches.
+* **Wake-ups.** Fetches that found nothing wait in the fetch purgatory under
+  the partition's key; produce already completes that key, and releases,
+  expiries and acknowledgements do too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.handlers.fetch import fetch_key
+from broker.share.dead_letter import Archived, Reason, dead_letter_batch
+from broker.share.share_partition import SharePartition
+from broker.share.share_session import ShareSessionCache
+from broker.timing_wheel import TimerTask
+from protocol.errors import ErrorCode, KafkaErrorResponse
+from protocol.records import iter_batches
+
+log = logging.getLogger("shoal.share.partitions")
+
+LEADER_EPOCH = 0  # Shoal's constant leader epoch (single node)
+READ_CHUNK = 1 << 20  # log bytes read per acquisition
+DEAD_LETTER_READ = 16 << 20  # log bytes read back to copy archived records
+ARCHIVED_STATE = 4
+PartitionKey = tuple[str, uuid.UUID, int]
+
+
+@dataclass(slots=True)
+class Entry:
+    key: PartitionKey
+    topic: Any
+    partition: Any
+    sp: SharePartition | None = None
+    loading: asyncio.Future | None = None
+    timer: TimerTask | None = None
+    writes: deque = field(default_factory=deque)  # (change, future | None, undo on failure)
+    writer: asyncio.Task | None = None
+    persisted_start: int = -1  # the start offset the share coordinator holds
+
+
+@dataclass(slots=True)
+class Acquired:
+    records: Any  # bytes / memoryview of whole log batches
+    ranges: list  # [(first, last, delivery count)]
+
+
+class SharePartitionManager:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.entries: dict[PartitionKey, Entry] = {}
+        self.sessions = ShareSessionCache(broker.config.get("group.share.max.share.sessions"))
+
+    def now(self) -> int:
+        return self.broker.clock.monotonic_ms()
+
+    def setting(self, gid: str, name: str) -> Any:
+        store = self.broker.group_configs
+        if store is not None:
+            return store.get(gid, name)
+        return self.broker.config.group_defaults()[name]
+
+    # -- loading -------------------------------------------------------------------
+    def _locate(self, topic_id: uuid.UUID, index: int) -> tuple[Any, Any]:
+        topic = self.broker.topics.by_id(topic_id)
+        if topic is None:
+            raise KafkaErrorResponse(ErrorCode.UNKNOWN_TOPIC_ID, "Unknown topic id.")
+        if not 0 <= index < len(topic.partitions):
+            raise KafkaErrorResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this partition.")
+        return topic, topic.partitions[index]
+
+    async def get(self, gid: str, topic_id: uuid.UUID, index: int) -> Entry:
+        """The loaded share partition, reading its state on first use (KafkaErrorResponse on failure)."""
+        topic, partition = self._locate(topic_id, index)
+        key = (gid, topic_id, index)
+        entry = self.entries.get(key)
+        if entry is not None and entry.partition is not partition:
+            self._drop(entry)  # the topic was re-created (or partitions re-opened)
+            entry = None
+        if entry is not None:
+            if entry.sp is not None:
+                return entry
+            assert entry.loading is not None
+            await asyncio.shield(entry.loading)
+            if entry.sp is None:
+                raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "Share partition failed to load.")
+            return entry
+        entry = self.entries[key] = Entry(key, topic, partition)
+        entry.loading = asyncio.get_running_loop().create_future()
+        try:
+            entry.sp = await self._load(gid, topic_id, index, partition)
+            entry.persisted_start = entry.sp.start_offset
+        except BaseException:
+            self.entries.pop(key, None)
+            raise
+        finally:
+            if not entry.loading.done():
+                entry.loading.set_result(None)
+        return entry
+
+    async def _load(self, gid: str, topic_id: uuid.UUID, index: int, partition: Any) -> SharePartition:
+        sc = self.broker.share_coordinator
+        if sc is None:
+            raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
+        result = await sc.read(gid, topic_id, index, LEADER_EPOCH)
+        if result.error:
+            raise KafkaErrorResponse(result.error, f"Reading the share state failed: {ErrorCode(result.error).name}")
+        start = result.start_offset
+        resolved = start < 0
+        if resolved:
+            start = self._reset_offset(gid, partition)
+        sp = SharePartition(
+            gid,
+            topic_id,
+            index,
+            max_in_flight_records=self.setting(gid, "share.partition.max.record.locks"),
+            delivery_count_limit=self.setting(gid, "share.delivery.count.limit"),
+            lock_duration_ms=self.setting(gid, "share.record.lock.duration.ms"),
+        )
+        sp.initialize(
+            result.state_epoch,
+            start,
+            list(result.batches),
+            log_start_offset=partition.log_start_offset,
+            high_watermark=partition.high_watermark,
+        )
+        if resolved:
+            error = await sc.write(gid, topic_id, index, result.state_epoch, LEADER_EPOCH, sp.start_offset, [])
+            if error:
+                raise KafkaErrorResponse(error, "Writing the resolved start offset failed.")
+        log.info(
+            "share partition %s %s-%d loaded at start offset %d", gid, partition.topic.name, index, sp.start_offset
+        )
+        return sp
+
+    def _reset_offset(self, gid: str, partition: Any) -> int:
+        store = self.broker.group_configs
+        reset = store.auto_offset_reset(gid) if store is not None else None
+        if reset is None or reset.strategy == "latest":
+            return partition.high_watermark
+        if reset.strategy == "earliest":
+            return partition.log_start_offset
+        since = self.broker.clock.now_ms() - int(reset.duration.total_seconds() * 1000)
+        found = partition.offset_for_timestamp(since)
+        return partition.high_watermark if found is None else found[0]
+
+    def _drop(self, entry: Entry) -> None:
+        if self.entries.get(entry.key) is entry:
+            del self.entries[entry.key]
+        if entry.timer is not None:
+            entry.timer.cancel()
+            entry.timer = None
+
+    # -- fetch ---------------------------------------------------------------------
+    def acquirable(self, entry: Entry) -> bool:
+        return entry.sp is not None and entry.sp.acquirable(entry.partition.high_watermark)
+
+    def acquire(
+        self,
+        entry: Entry,
+        member_id: str,
+        max_records: int,
+        max_bytes: int,
+        *,
+        batch_optimized: bool,
+        batch_size: int | None = None,
+    ) -> Acquired | None:
+        """Read from the next fetch offset and acquire; None when nothing could be acquired."""
+        sp, partition = entry.sp, entry.partition
+        assert sp is not None
+        if max_records <= 0 or not sp.acquirable(partition.high_watermark):
+            return None
+        committed = self.setting(entry.key[0], "share.isolation.level") == "read_committed"
+        offset = sp.next_fetch_offset()
+        if offset < partition.log_start_offset:
+            sp.on_log_start_advanced(partition.log_start_offset)
+            offset = sp.next_fetch_offset()
+        # Read only about what MaxRecords can use: parsing 50 MiB of batch headers to hand
+        # out 500 records dominated the fetch path (librdkafka asks for MaxBytes = 50 MiB).
+        try:
+            read = partition.read(offset, min(max_bytes, READ_CHUNK), read_committed=committed, min_one=True)
+        except KafkaErrorResponse:
+            return None
+        data = read.records
+        if not data:
+            return None
+        headers = [h for h, _ in iter_batches(data, allow_partial=True)]
+        ranges = sp.acquire(
+            member_id,
+            headers,
+            max_records,
+            batch_optimized=batch_optimized,
+            now_ms=self.now(),
+            aborted=read.aborted,
+            fetch_offset=offset,
+            batch_size=batch_size,
+        )
+        if not ranges:
+            return None
+        self._arm(entry)
+        return Acquired(
+            _trim(data, headers, ranges), [(r.first_offset, r.last_offset, r.delivery_count) for r in ranges]
+        )
+
+    # -- acknowledge ---------------------------------------------------------------
+    async def acknowledge(self, entry: Entry, member_id: str, batches: Sequence[tuple]) -> tuple[int, str | None]:
+        """Apply one partition's acknowledgement batches; (error code, message) once durable."""
+        sp = entry.sp
+        assert sp is not None
+        errors, change = sp.acknowledge(member_id, batches, self.now())
+        bad = next((e for e in errors if e), 0)
+        if bad:
+            return int(bad), None
+        if change.needs_write:
+            future = asyncio.get_running_loop().create_future()
+            self._enqueue(entry, change, future, undo=True)
+            error = await future
+            if error:
+                return error, f"Persisting the acknowledgement failed: {ErrorCode(error).name}"
+        else:
+            self._wake(entry)
+        return 0, None
+
+    # -- the write queue -------------------------------------------------------------
+    def _enqueue(self, entry: Entry, change: Any, future: asyncio.Future | None, *, undo: bool) -> None:
+        """Queue a change's write (in creation order); one task per share partition drains it."""
+        entry.writes.append((change, future, undo))
+        if entry.writer is None:
+            entry.writer = asyncio.get_running_loop().create_task(self._drain(entry))
+
+    def _submit(self, entry: Entry, change: Any) -> None:
+        """A change nobody waits for (lock expiry, member release): written in the background."""
+        if change.needs_write:
+            self._enqueue(entry, change, None, undo=False)
+        else:
+            self._wake(entry)
+
+    async def _drain(self, entry: Entry) -> None:
+        sp = entry.sp
+        assert sp is not None
+        try:
+            while True:
+                while entry.writes:
+                    change, future, undo = entry.writes.popleft()
+                    error = await self._write(
+                        entry, change.start_offset, change.batches, change.delivery_complete_count
+                    )
+                    if error and undo:
+                        change.undo()
+                    else:
+                        change.commit()
+                    if not error:
+                        self._dead_letter(entry, change.batches)
+                    if future is not None and not future.done():
+                        future.set_result(error)
+                    self._wake(entry)
+                # Changes made while an earlier one was pending report "start unchanged"; once
+                # they are all committed the start may have moved further than any write said.
+                if sp.start_offset <= entry.persisted_start:
+                    break
+                if await self._write(entry, sp.start_offset, [], sp.delivery_complete_count()):
+                    break
+        finally:
+            entry.writer = None
+
+    async def _write(self, entry: Entry, start: int, batches: list, complete: int) -> int:
+        """One WriteShareGroupState for this share partition; the error code (0 on success)."""
+        sc = self.broker.share_coordinator
+        sp = entry.sp
+        assert sp is not None
+        gid, tid, index = entry.key
+        error: int = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        try:
+            if sc is not None:
+                error = await sc.write(gid, tid, index, sp.state_epoch, LEADER_EPOCH, start, batches, complete)
+        except Exception as e:  # noqa: BLE001 - a write that raised failed
+            log.error("share partition %s: write raised %r", entry.key, e)
+        if error:
+            log.warning("share partition %s: state write failed: %s", entry.key, ErrorCode(error).name)
+        elif start >= 0:
+            entry.persisted_start = max(entry.persisted_start, start)
+        return int(error)
+
+    def _dead_letter(self, entry: Entry, batches: list) -> None:
+        """Copy newly archived records to the group's dead-letter topic, if it has one (KIP-1191)."""
+        gid = entry.key[0]
+        name = self.setting(gid, "errors.deadletterqueue.topic.name")
+        if not name:
+            return
+        sp = entry.sp
+        assert sp is not None
+        limit = sp.delivery_count_limit
+        archived = [
+            Archived(first, last, count, Reason.DELIVERY_LIMIT if count >= limit else Reason.REJECTED)
+            for first, last, state, count in batches
+            if state == ARCHIVED_STATE
+        ]
+        if not archived:
+            return
+        target = self.broker.topics.get(name)
+        if target is None:
+            log.warning(
+                "share group %s: dead-letter topic %s does not exist; %d ranges not copied", gid, name, len(archived)
+            )
+            return
+        source = entry.partition
+        first = max(min(a.first_offset for a in archived), source.log_start_offset)
+        try:
+            read = source.read(first, DEAD_LETTER_READ, read_committed=False, min_one=True)
+        except KafkaErrorResponse:
+            return
+        batch = dead_letter_batch(
+            gid,
+            source.topic.name,
+            source.index,
+            read.records,
+            archived,
+            copy_record=self.setting(gid, "errors.deadletterqueue.copy.record.enable"),
+            now_ms=self.broker.clock.now_ms(),
+        )
+        if batch is None:
+            return
+        dest = target.partitions[source.index % len(target.partitions)]
+        try:
+            dest.append(batch, self.broker.clock.now_ms())
+        except KafkaErrorResponse as e:
+            log.warning("share group %s: dead-letter append to %s failed: %s", gid, name, e)
+            return
+        self.broker.on_append(dest)
+
+    def _wake(self, entry: Entry) -> None:
+        """Re-arm the lock timer and wake fetches waiting on this partition."""
+        self._arm(entry)
+        self.broker.fetch_purgatory.check_and_complete(fetch_key(entry.partition.topic.name, entry.partition.index))
+
+    # -- members and sessions ------------------------------------------------------
+    def release(self, gid: str, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]] | None = None) -> None:
+        """The member left, was fenced, or closed its session: its acquired records go back at once."""
+        for key, entry in list(self.entries.items()):
+            if key[0] != gid or entry.sp is None:
+                continue
+            if partitions is not None and (key[1], key[2]) not in partitions:
+                continue
+            self._submit(entry, entry.sp.release_member(member_id))
+
+    def member_removed(self, gid: str, member_id: str) -> None:
+        """The group coordinator removed the member (left, fenced, session timeout)."""
+        self.sessions.remove_member(gid, member_id)
+        self.release(gid, member_id)
+
+    def connection_closed(self, conn: Any) -> None:
+        for removed in self.sessions.connection_closed(conn):
+            self.release(removed.key.group_id, removed.key.member_id, set(removed.partitions))
+
+    # -- lock timers ---------------------------------------------------------------
+    def _arm(self, entry: Entry) -> None:
+        sp = entry.sp
+        if sp is None:
+            return
+        deadline = sp.next_lock_deadline()
+        timer = entry.timer
+        if timer is not None and not timer.cancelled and timer.pending:
+            if deadline is not None and timer.deadline_ms <= deadline:
+                return
+            timer.cancel()
+        entry.timer = None
+        if deadline is None:
+            return
+        task = TimerTask(deadline, lambda: self._locks_expired(entry))
+        entry.timer = task
+        self.broker.timer.add(task)
+
+    def _locks_expired(self, entry: Entry) -> None:
+        entry.timer = None
+        if entry.sp is None or self.entries.get(entry.key) is not entry:
+            return
+        self._submit(entry, entry.sp.expire_locks(self.now()))
+
+    def on_topic_deleted(self, topic_id: uuid.UUID) -> None:
+        for entry in [e for k, e in self.entries.items() if k[1] == topic_id]:
+            self._drop(entry)
+
+    def close(self) -> None:
+        for entry in list(self.entries.values()):
+            self._drop(entry)
+            if entry.writer is not None:
+                entry.writer.cancel()
+
+
+def _trim(data: Any, headers: list, ranges: list) -> Any:
+    """The whole batches of `data` that hold an acquired offset (a contiguous slice, no copy)."""
+    first = min(r.first_offset for r in ranges)
+    last = max(r.last_offset for r in ranges)
+    view = memoryview(data)
+    pos = start = end = 0
+    for h in headers:
+        size = h.size
+        if h.last_offset < first:
+            start = pos + size
+        if h.base_offset <= last:
+            end = pos + size
+        pos += size
+    return view[start:end]

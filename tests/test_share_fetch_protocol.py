@@ -1,0 +1,247 @@
+"""ShareFetch / ShareAcknowledge over a real socket with our codec: share
+sessions, acknowledgement errors that change nothing, long polling, release
+on connection close, RENEW, and session limits."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from protocol.api import api_by_name
+from protocol.errors import ErrorCode
+from tests.brokers import RawClient
+from tests.test_broker_protocol import create
+from tests.test_share_fetch_clients import group_config, produce
+
+SF = api_by_name("ShareFetch").request_class()
+SA = api_by_name("ShareAcknowledge").request_class()
+
+FAST = (
+    "offsets.topic.num.partitions=3",
+    "share.coordinator.state.topic.num.partitions=3",
+    "group.share.min.heartbeat.interval.ms=100",
+    "group.share.heartbeat.interval.ms=100",
+    "group.share.min.record.lock.duration.ms=1000",
+    "group.share.max.share.sessions=3",
+)
+ACCEPT, RELEASE, REJECT, RENEW = 1, 2, 3, 4
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    from tests.brokers import BrokerProcess
+
+    b = BrokerProcess(tmp_path_factory.mktemp("share-fetch-proto") / "data", FAST).start()
+    yield b
+    b.stop()
+
+
+def ready_topic(broker, topic: str, group: str, n: int, partitions: int = 1, **configs: str) -> uuid.UUID:
+    """A topic with `n` records whose share state in `group` is initialized (earliest)."""
+    with RawClient(broker.port) as c:
+        create(c, topic, partitions)
+        md = c.call("Metadata", 12, topics=[api_by_name("Metadata").request_class().MetadataRequestTopic(name=topic)])
+        tid = md.topics[0].topic_id
+    group_config(broker.port, group, share_auto_offset_reset="earliest", **configs)
+    with RawClient(broker.port) as c:
+        r = c.call(
+            "ShareGroupHeartbeat", 1, group_id=group, member_id="init", member_epoch=0, rack_id=None,
+            subscribed_topic_names=[topic],
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            d = c.call("ShareGroupDescribe", 1, group_ids=[group], include_authorized_operations=False).groups[0]
+            if any(tp.partitions for m in d.members for tp in m.assignment.topic_partitions):
+                break
+            r = c.call(
+                "ShareGroupHeartbeat", 1, group_id=group, member_id="init", member_epoch=r.member_epoch,
+                rack_id=None, subscribed_topic_names=None,
+            )  # fmt: skip
+            time.sleep(0.05)
+        c.call(
+            "ShareGroupHeartbeat", 1, group_id=group, member_id="init", member_epoch=-1, rack_id=None,
+            subscribed_topic_names=None,
+        )  # fmt: skip
+    if n:
+        produce(broker.bootstrap, topic, n)
+    return tid
+
+
+def fetch(c, group, member, epoch, parts=(), acks=None, max_records=500, max_wait=0, version=1, **kw):
+    topics = {}
+    for tid, p in parts:
+        topics.setdefault(tid, []).append(
+            SF.FetchPartition(partition_index=p, acknowledgement_batches=(acks or {}).get((tid, p), []))
+        )
+    for (tid, p), batches in (acks or {}).items():
+        if (tid, p) not in parts:
+            topics.setdefault(tid, []).append(SF.FetchPartition(partition_index=p, acknowledgement_batches=batches))
+    return c.call(
+        "ShareFetch",
+        version,
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        max_wait_ms=max_wait,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        max_records=max_records,
+        batch_size=max_records,
+        topics=[SF.FetchTopic(topic_id=t, partitions=ps) for t, ps in topics.items()],
+        forgotten_topics_data=[],
+        **kw,
+    )
+
+
+def batch(first, last, *types):
+    return SF.AcknowledgementBatch(first_offset=first, last_offset=last, acknowledge_types=list(types))
+
+
+def acquired(resp):
+    return [(a.first_offset, a.last_offset, a.delivery_count) for t in resp.responses for p in t.partitions
+            for a in p.acquired_records]  # fmt: skip
+
+
+def part(resp):
+    (t,) = resp.responses
+    (p,) = t.partitions
+    return p
+
+
+def acknowledge(c, group, member, epoch, tid, p, *batches, version=1, **kw):
+    return c.call(
+        "ShareAcknowledge",
+        version,
+        group_id=group,
+        member_id=member,
+        share_session_epoch=epoch,
+        topics=[
+            SA.AcknowledgeTopic(
+                topic_id=tid,
+                partitions=[
+                    SA.AcknowledgePartition(
+                        partition_index=p,
+                        acknowledgement_batches=[
+                            SA.AcknowledgementBatch(first_offset=b.first_offset, last_offset=b.last_offset,
+                                                    acknowledge_types=b.acknowledge_types) for b in batches
+                        ],
+                    )
+                ],
+            )
+        ],
+        **kw,
+    )  # fmt: skip
+
+
+def test_session_errors(broker) -> None:
+    tid = ready_topic(broker, "sf-sess", "g-sess", 3)
+    with RawClient(broker.port) as c:
+        assert fetch(c, "", "m", 0, [(tid, 0)]).error_code == ErrorCode.INVALID_REQUEST
+        assert fetch(c, "g-sess", "m", 5, [(tid, 0)]).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+        r = fetch(c, "g-sess", "m", 0, [(tid, 0)], acks={(tid, 0): [batch(0, 0, ACCEPT)]})
+        assert r.error_code == ErrorCode.INVALID_REQUEST  # acks are never sent at epoch 0
+        assert fetch(c, "g-sess", "m", 0, [(tid, 0)], max_records=0).error_code == ErrorCode.INVALID_REQUEST
+        r = fetch(c, "g-sess", "m", 0, [(tid, 0)])
+        assert r.error_code == 0 and acquired(r) == [(0, 2, 1)]
+        assert part(r).records  # the raw batches come along
+        assert fetch(c, "g-sess", "m", 3).error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        a = acknowledge(c, "g-sess", "m", 0, tid, 0, batch(0, 2, ACCEPT))
+        assert a.error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        # the session remembers its partitions: epoch 1 names none and still fetches (nothing left)
+        r = fetch(c, "g-sess", "m", 1, acks={(tid, 0): [batch(0, 2, ACCEPT)]})
+        assert r.error_code == 0
+        assert part(r).acknowledge_error_code == 0 and part(r).records is not None
+        unknown = uuid.uuid4()
+        r = fetch(c, "g-sess", "m", 2, [(unknown, 0)])
+        errs = {(t.topic_id, p.partition_index): p.error_code for t in r.responses for p in t.partitions}
+        assert errs[(unknown, 0)] == ErrorCode.UNKNOWN_TOPIC_ID
+        assert fetch(c, "g-sess", "m", -1).error_code == 0
+        assert fetch(c, "g-sess", "m", 3).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+
+
+def test_bad_acknowledgements_change_nothing(broker) -> None:
+    tid = ready_topic(broker, "sf-bad", "g-bad", 10)
+    with RawClient(broker.port) as a, RawClient(broker.port) as b:
+        r = fetch(a, "g-bad", "ma", 0, [(tid, 0)], max_records=5, version=2, share_acquire_mode=1)
+        assert acquired(r) == [(0, 4, 1)]
+        rb = fetch(b, "g-bad", "mb", 0, [(tid, 0)], max_records=5, version=2, share_acquire_mode=1)
+        assert acquired(rb) == [(5, 9, 1)]
+        cases = [
+            ([batch(5, 6, ACCEPT)], ErrorCode.INVALID_RECORD_STATE),  # held by another member
+            ([batch(20, 21, ACCEPT)], ErrorCode.INVALID_REQUEST),  # past every acquired record (as Kafka)
+            ([batch(0, 2, ACCEPT), batch(2, 3, ACCEPT)], ErrorCode.INVALID_REQUEST),  # overlapping
+            ([batch(3, 4, ACCEPT), batch(0, 1, ACCEPT)], ErrorCode.INVALID_REQUEST),  # out of order
+            ([batch(0, 1, 9)], ErrorCode.INVALID_REQUEST),  # unknown type
+            ([batch(0, 2, ACCEPT, ACCEPT)], ErrorCode.INVALID_REQUEST),  # types do not match the range
+            ([batch(0, 1, RENEW)], ErrorCode.INVALID_REQUEST),  # RENEW without IsRenewAck
+        ]
+        epoch = 1
+        for batches, want in cases:
+            got = acknowledge(a, "g-bad", "ma", epoch, tid, 0, *batches, version=2)
+            epoch += 1
+            assert got.error_code == 0
+            assert part(got).error_code == want, (batches, part(got))
+        # nothing changed: both members can still accept exactly what they hold
+        ok = acknowledge(a, "g-bad", "ma", epoch, tid, 0, batch(0, 4, ACCEPT))
+        assert part(ok).error_code == 0
+        ok = acknowledge(b, "g-bad", "mb", 1, tid, 0, batch(5, 9, ACCEPT))
+        assert part(ok).error_code == 0
+        assert acquired(fetch(a, "g-bad", "ma", epoch + 1)) == []
+
+
+def test_release_reject_and_renew(broker) -> None:
+    tid = ready_topic(broker, "sf-rr", "g-rr", 6, share_record_lock_duration_ms="1500")
+    with RawClient(broker.port) as c:
+        r = fetch(c, "g-rr", "m", 0, [(tid, 0)])
+        assert acquired(r) == [(0, 5, 1)]
+        per_offset = [RELEASE, RELEASE, REJECT, REJECT, ACCEPT, ACCEPT]
+        r = fetch(c, "g-rr", "m", 1, acks={(tid, 0): [batch(0, 5, *per_offset)]})
+        assert part(r).acknowledge_error_code == 0
+        assert acquired(r) == [(0, 1, 2)]  # released ones come straight back, counted twice
+        # RENEW keeps them past the 1.5 s lock
+        for epoch in (2, 3, 4):
+            time.sleep(0.7)
+            renewed = acknowledge(c, "g-rr", "m", epoch, tid, 0, batch(0, 1, RENEW), version=2, is_renew_ack=True)
+            assert part(renewed).error_code == 0
+        with RawClient(broker.port) as other:
+            assert acquired(fetch(other, "g-rr", "m2", 0, [(tid, 0)])) == []
+        done = acknowledge(c, "g-rr", "m", 5, tid, 0, batch(0, 1, ACCEPT))
+        assert part(done).error_code == 0
+
+
+def test_long_poll_wakes_on_produce(broker) -> None:
+    tid = ready_topic(broker, "sf-wait", "g-wait", 0)
+    with RawClient(broker.port) as c:
+        timer = threading.Timer(0.4, lambda: produce(broker.bootstrap, "sf-wait", 1))
+        timer.start()
+        started = time.monotonic()
+        r = fetch(c, "g-wait", "m", 0, [(tid, 0)], max_wait=5000)
+        took = time.monotonic() - started
+        timer.join()
+    assert acquired(r) == [(0, 0, 1)]
+    assert 0.3 < took < 4.0, took
+
+
+def test_closing_the_connection_releases_records(broker) -> None:
+    tid = ready_topic(broker, "sf-close", "g-close", 4)
+    with RawClient(broker.port) as c:
+        assert acquired(fetch(c, "g-close", "leaver", 0, [(tid, 0)])) == [(0, 3, 1)]
+    time.sleep(0.2)
+    with RawClient(broker.port) as c:
+        got = acquired(fetch(c, "g-close", "stayer", 0, [(tid, 0)], max_wait=3000))
+    assert [(f, last) for f, last, _ in got] == [(0, 3)]
+
+
+def test_session_limit(broker) -> None:
+    tid = ready_topic(broker, "sf-limit", "g-limit", 0)
+    clients = [RawClient(broker.port) for _ in range(4)]
+    try:
+        codes = [fetch(c, "g-limit", f"m{i}", 0, [(tid, 0)]).error_code for i, c in enumerate(clients)]
+    finally:
+        for c in clients:
+            c.close()
+    assert codes.count(ErrorCode.SHARE_SESSION_LIMIT_REACHED) >= 1
+    assert codes[0] == 0
