@@ -14,7 +14,8 @@ holds the in-flight ranges: AVAILABLE, ACQUIRED (by a member, with a lock
 deadline), ACKNOWLEDGED or ARCHIVED, plus a delivery count. A range is kept
 per acquired batch, not per record, because consumers acquire and
 acknowledge whole batches; it splits into compact per-offset arrays only when
-acknowledged unevenly (see :mod:`broker.share.in_flight`). Offsets in
+acknowledged unevenly (see :mod:`broker.share.in_flight`); tiny adjacent
+acquisitions (one record per fetch) are stitched into one such range. Offsets in
 ``[start, end]`` that no range covers are *holes*: offsets known to hold no
 deliverable record (compacted away, control batches, aborted transactional
 data), which count as done -- except inside the gap window below.
@@ -43,7 +44,8 @@ this change commits, or -1 ("unchanged", which the share coordinator
 accepts) when it would not move the persisted start. Reported start offsets
 only grow in creation order, so the shell must send the writes of one share
 partition in the order the Changes were made (one ordered queue), committing
-in that order; undo may come in any order.
+in that order; undo may come in any order. A Change that is neither committed
+nor undone keeps its records pending for good.
 
 Decisions where Kafka (4.2) is a judgement call or where we differ:
 
@@ -121,7 +123,7 @@ Batch = tuple[int, int, int, int]
 _PENDING, _COMMITTED, _UNDONE = 0, 1, 2
 
 # New records adjacent to a range this small join it (per offset) instead of making their own.
-_STITCH_MAX = 32
+_STITCH_MAX = 16
 
 # (state, delivery count, member, lock deadline) of a range before a transition
 _Old = tuple[int, int, "str | None", int]
@@ -576,7 +578,7 @@ class SharePartition:
         last = b if acq.batch_optimized else min(b, a + want - 1)
         fresh = acq.fresh
         if fresh is not None and fresh.last == a - 1 and (acq.batch_size is None or a - fresh.first < acq.batch_size):
-            fresh.last = last
+            fresh.append(last - a + 1, ACQUIRED, 1, acq.member, acq.deadline)
         else:
             prev = self._unit_at(a - 1)
             if prev is not None and prev is not fresh and prev.size + last - a + 1 <= _STITCH_MAX:
@@ -735,14 +737,14 @@ class SharePartition:
 
     def _finish(self, change: Change) -> Change:
         """Decide what `change` must persist and register it as pending if anything."""
+        if not change.batches:  # a moved start alone waits for the next real write (as Kafka)
+            change._status = _COMMITTED
+            change._owner = None
+            return change
         change.batches = _coalesce(change.batches)
         projected = self._advance(change)
         floor = max(self._committed_floor, max(self._outstanding.values(), default=-1))
         change.start_offset = projected if projected > floor else -1
-        if not change.needs_write:
-            change._status = _COMMITTED
-            change._owner = None
-            return change
         change._status = _PENDING
         change.delivery_complete_count = self.delivery_complete_count(max(projected, self._start))
         self._outstanding[change] = change.start_offset
