@@ -160,21 +160,29 @@ async def handle_describe_share_group_offsets(broker: Any, ctx: Any, req: Any) -
     return cls(throttle_time_ms=0, groups=groups)
 
 
-def _empty_group(service: Any, gid: str) -> tuple[int, Any, Any]:
-    p, shard, g = service.find(gid)
+def _empty_group(broker: Any, gid: str) -> tuple[int, Any, Any]:
+    """The share group `gid` for an offsets change: it must be empty, and a share coordinator must exist."""
+    p, shard, g = broker.groups.share.find(gid)
     if g.members:
         raise KafkaErrorResponse(ErrorCode.NON_EMPTY_GROUP, f"Share group {gid} is not empty.")
+    if broker.share_coordinator is None:
+        raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
     return p, shard, g
+
+
+async def _persist_if_current(broker: Any, p: int, shard: Any, g: Any) -> None:
+    """Write what changed in `g`, unless the group was deleted meanwhile."""
+    if shard.share_groups.get(g.group_id) is g:
+        fut = broker.groups.share.persist(p, shard, g)
+        if fut is not None:
+            await fut
 
 
 async def handle_alter_share_group_offsets(broker: Any, ctx: Any, req: Any) -> Any:
     cls = _ASO.response_class()
-    service = broker.groups.share
     sc = broker.share_coordinator
     try:
-        p, shard, g = _empty_group(service, req.group_id)
-        if sc is None:
-            raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
+        p, shard, g = _empty_group(broker, req.group_id)
     except KafkaErrorResponse as e:
         return cls(throttle_time_ms=0, error_code=e.code, error_message=e.detail)
     responses = []
@@ -206,21 +214,15 @@ async def handle_alter_share_group_offsets(broker: Any, ctx: Any, req: Any) -> A
                 ok.append(rp.partition_index)
         if ok and shard.share_groups.get(req.group_id) is g:
             g.initialized_partitions(topic.topic_id, topic.name, ok)
-    if shard.share_groups.get(req.group_id) is g:
-        fut = service.persist(p, shard, g)
-        if fut is not None:
-            await fut
+    await _persist_if_current(broker, p, shard, g)
     return cls(throttle_time_ms=0, error_code=0, error_message=None, responses=responses)
 
 
 async def handle_delete_share_group_offsets(broker: Any, ctx: Any, req: Any) -> Any:
     cls = _DELO.response_class()
-    service = broker.groups.share
     sc = broker.share_coordinator
     try:
-        p, shard, g = _empty_group(service, req.group_id)
-        if sc is None:
-            raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
+        p, shard, g = _empty_group(broker, req.group_id)
     except KafkaErrorResponse as e:
         return cls(throttle_time_ms=0, error_code=e.code, error_message=e.detail)
     responses = []
@@ -251,10 +253,7 @@ async def handle_delete_share_group_offsets(broker: Any, ctx: Any, req: Any) -> 
             continue
         if shard.share_groups.get(req.group_id) is g:
             g.forget_offsets(topic.topic_id)
-    if shard.share_groups.get(req.group_id) is g:
-        fut = service.persist(p, shard, g)
-        if fut is not None:
-            await fut
+    await _persist_if_current(broker, p, shard, g)
     return cls(throttle_time_ms=0, error_code=0, error_message=None, responses=responses)
 
 
