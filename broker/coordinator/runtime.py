@@ -14,8 +14,10 @@ partition is read from its log start and replayed, and until that finished
 the shard answers COORDINATOR_LOAD_IN_PROGRESS. Operations on one shard run
 to completion synchronously (asyncio is single-threaded), so writes to a
 partition are serialized; only the durability wait is asynchronous, and
-answers for one partition become durable in order. Compaction of the
-internal topic (cleanup.policy=compact) bounds replay by live state.
+answers for one partition become durable in order. Replay is bounded by
+live state: __consumer_offsets is compacted; __share_group_state (as in
+Kafka) is not, its coordinator prunes the log below the oldest snapshot
+still needed.
 
 A shard is any object with `replay(record, offset)`; coordinators define
 their shards as sans-IO classes.
