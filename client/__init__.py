@@ -1,0 +1,39 @@
+"""Shoal's bundled asyncio Kafka client, on the project's own codec.
+
+    from client import AsyncProducer, AsyncConsumer, AsyncShareConsumer, AsyncAdmin
+
+Every client is an async context manager (``async with AsyncProducer(...) as p``)
+and takes settings by Kafka's names, as a mapping, as keyword arguments with
+underscores, or both: ``AsyncProducer({"bootstrap.servers": "h:9092"}, linger_ms=5)``.
+Unknown or invalid settings raise ``client.errors.ConfigError`` naming the key.
+
+Names are imported lazily so that ``import client`` stays cheap and the
+pieces load only when used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "AsyncProducer": "client.producer",
+    "RecordMetadata": "client.producer",
+    "AsyncConsumer": "client.consumer",
+    "AsyncShareConsumer": "client.share_consumer",
+    "AcknowledgeType": "client.share_consumer",
+    "AsyncAdmin": "client.admin",
+    "ConsumerRecord": "client.records",
+    "TopicPartition": "client.cluster",
+    "ConfigError": "client.errors",
+    "KafkaClientError": "client.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,91 @@
+"""Exceptions raised by the bundled client.
+
+Why one small hierarchy: callers need exactly two decisions from an error —
+"was it my fault" (configuration, misuse: fix the code) and "may I retry"
+(the broker or the network was briefly unable). Every exception here carries
+``retriable``; broker error codes keep their Kafka name and number through
+``BrokerResponseError``, which is also a ``protocol.errors.KafkaErrorResponse``
+so code that already catches the protocol's exception keeps working.
+"""
+
+from __future__ import annotations
+
+from protocol.errors import KafkaError, KafkaErrorResponse, error_for
+
+__all__ = [
+    "BrokerResponseError",
+    "ClientClosedError",
+    "CommitFailedError",
+    "ConfigError",
+    "IllegalStateError",
+    "KafkaClientError",
+    "KafkaConnectionError",
+    "KafkaTimeoutError",
+    "UnsupportedVersionError",
+    "raise_for_code",
+]
+
+
+class KafkaClientError(Exception):
+    """Base of every error the client raises."""
+
+    retriable: bool = False
+
+
+class ConfigError(KafkaClientError, ValueError):
+    """A configuration key is unknown or its value is invalid.
+
+    ``key`` names the offending setting (Kafka's dotted spelling).
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(f"invalid configuration {key!r}: {reason}")
+
+
+class KafkaConnectionError(KafkaClientError):
+    """A connection to a broker could not be opened or was lost mid-request."""
+
+    retriable = True
+
+
+class KafkaTimeoutError(KafkaClientError, TimeoutError):
+    """A request or an operation did not finish within its time limit."""
+
+    retriable = True
+
+
+class UnsupportedVersionError(KafkaClientError):
+    """The broker speaks no version of an API this client can use."""
+
+
+class IllegalStateError(KafkaClientError):
+    """The application used the client in a way its state does not allow
+    (acknowledging a record twice, polling a closed consumer, ...)."""
+
+
+class ClientClosedError(IllegalStateError):
+    """The client was closed."""
+
+
+class CommitFailedError(KafkaClientError):
+    """An offset commit cannot succeed: the group rebalanced and the
+    partitions may now belong to another member."""
+
+
+class BrokerResponseError(KafkaErrorResponse, KafkaClientError):
+    """A broker answered with a non-zero error code."""
+
+    def __init__(self, error: KafkaError | int, detail: str | None = None) -> None:
+        KafkaErrorResponse.__init__(self, error, detail)
+
+    @property  # type: ignore[override]
+    def retriable(self) -> bool:
+        return self.error.retriable
+
+
+def raise_for_code(code: int, detail: str | None = None) -> None:
+    """Raise ``BrokerResponseError`` unless ``code`` is 0."""
+    if code:
+        raise BrokerResponseError(error_for(code), detail)

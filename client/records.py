@@ -1,0 +1,120 @@
+"""Records as the application sees them, decoded from fetched record sets.
+
+Why one module for both consumers: AsyncConsumer (Fetch) and
+AsyncShareConsumer (ShareFetch) receive the same record-set bytes and hand out
+the same ``ConsumerRecord``; a share record just also carries its delivery
+count. Decoding uses ``protocol.records`` (CRC check, decompression with a
+size cap, magic 0/1 fallback), so bytes are decoded in one place.
+
+``decode_record_set`` skips control batches (transaction markers are not
+records) and records below ``start_offset`` (a fetch returns whole batches,
+so the first batch may begin before the requested offset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.exceptions import ProtocolError
+from protocol.records import Record, decode_record_set, iter_batches
+
+__all__ = ["ConsumerRecord", "RecordBatchView", "decode_record_set_for", "iter_record_batches"]
+
+Deserializer = Callable[[bytes | None], Any] | None
+
+
+@dataclass(slots=True)
+class ConsumerRecord:
+    """One record returned by poll(); ``delivery_count`` is set by share consumers."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    leader_epoch: int = -1
+    delivery_count: int | None = None
+
+    @property
+    def topic_partition(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+
+@dataclass(slots=True)
+class RecordBatchView:
+    """Header facts of one fetched batch, for callers that work per batch."""
+
+    base_offset: int
+    last_offset: int
+    is_control: bool
+    is_transactional: bool
+    producer_id: int
+    leader_epoch: int
+    records: list[Record]
+
+
+def iter_record_batches(data: Any, *, check_crcs: bool = True) -> Iterator[RecordBatchView]:
+    """Decode a fetched record set batch by batch (a trailing partial batch is skipped).
+
+    Falls back to the magic 0/1 decoder when the data is not magic 2.
+    """
+    if not data:
+        return
+    view = memoryview(data)
+    if len(view) > 16 and view[16] != 2:
+        records = decode_record_set(view, verify_crc=check_crcs)
+        if records:
+            yield RecordBatchView(records[0].offset, records[-1].offset, False, False, -1, -1, records)
+        return
+    for header, _ in iter_batches(view, allow_partial=True):
+        if header.magic != 2:
+            raise ProtocolError(f"unsupported magic {header.magic}")
+        records = header.records(verify_crc=check_crcs) if header.records_count else []
+        yield RecordBatchView(
+            header.base_offset,
+            header.last_offset,
+            header.is_control,
+            header.is_transactional,
+            header.producer_id,
+            header.partition_leader_epoch,
+            records,
+        )
+
+
+def decode_record_set_for(
+    topic: str,
+    partition: int,
+    data: Any,
+    *,
+    start_offset: int = 0,
+    check_crcs: bool = True,
+    key_deserializer: Deserializer = None,
+    value_deserializer: Deserializer = None,
+) -> tuple[list[ConsumerRecord], int]:
+    """Records at or after ``start_offset``, and the offset after the last whole batch.
+
+    The second value lets a consumer advance past batches that held no
+    returnable records (control batches, compacted-away tails).
+    """
+    out: list[ConsumerRecord] = []
+    append = out.append
+    next_offset = start_offset
+    for batch in iter_record_batches(data, check_crcs=check_crcs):
+        next_offset = max(next_offset, batch.last_offset + 1)
+        if batch.is_control:
+            continue
+        epoch = batch.leader_epoch
+        for r in batch.records:
+            if r.offset < start_offset:
+                continue
+            key = r.key if key_deserializer is None else key_deserializer(r.key)
+            value = r.value if value_deserializer is None else value_deserializer(r.value)
+            append(
+                ConsumerRecord(topic, partition, r.offset, r.timestamp, r.timestamp_type, key, value, r.headers, epoch)
+            )
+    return out, next_offset
