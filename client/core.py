@@ -445,17 +445,23 @@ class ClientCore:
         timeout_ms: float | None = None,
         request_timeout_ms: int | None = None,
         retry: bool = True,
+        max_version: int | None = None,
     ) -> Any:
         """Send to ``key``'s coordinator; re-discover on NOT_COORDINATOR and retry.
 
         Returns the response; an error code ``error_of(response)`` that is not
         about the coordinator is left for the caller to interpret.
+        ``max_version`` caps the negotiated version (for a caller that does not
+        build the newest layout, e.g. OffsetFetch v10's topic ids).
         """
 
         async def once() -> Any:
             node = await self.find_coordinator(key, key_type)
             try:
-                resp = await self.send(node, which, body, timeout_ms=request_timeout_ms)
+                kw: dict[str, Any] = {}
+                if max_version is not None:
+                    kw["version"] = (await self.connection(node)).version(which, hi=max_version)
+                resp = await self.send(node, which, body, timeout_ms=request_timeout_ms, **kw)
             except KafkaConnectionError:
                 self.coordinator_dead(key, key_type)
                 raise
