@@ -27,7 +27,15 @@ Deserializer = Callable[[bytes | None], Any] | None
 
 @dataclass(slots=True)
 class ConsumerRecord:
-    """One record returned by poll(); ``delivery_count`` is set by share consumers."""
+    """One record returned by poll().
+
+    Share consumers also set ``delivery_count`` (how often the broker has
+    delivered it, 1 the first time) and ``acquisition_lock_deadline``: the
+    ``time.monotonic()`` second at which the broker's acquisition lock on it
+    runs out, counted conservatively from when the fetch (or the RENEW that
+    last restarted the lock) was sent. Past it the record may go to another
+    consumer, so an application that needs longer acknowledges it with RENEW.
+    """
 
     topic: str
     partition: int
@@ -39,6 +47,7 @@ class ConsumerRecord:
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
     leader_epoch: int = -1
     delivery_count: int | None = None
+    acquisition_lock_deadline: float | None = None
 
     @property
     def topic_partition(self) -> tuple[str, int]:
