@@ -1,0 +1,42 @@
+#!/bin/sh
+# Shoal broker container entrypoint.
+#
+# Turns environment variables into broker settings, then execs the broker so
+# it is PID 1's program itself and receives SIGTERM from `docker stop`
+# directly (the broker shuts down cleanly on SIGTERM; a wrapper shell would
+# swallow the signal and get the broker SIGKILLed after the grace period).
+#
+#   SHOAL_DATA_DIR              log.dirs               (default /var/lib/shoal/data)
+#   SHOAL_LISTENERS             listeners              (default PLAINTEXT://0.0.0.0:9092)
+#   SHOAL_ADVERTISED_LISTENERS  advertised.listeners   (default: unset, the broker derives it)
+#   SHOAL_CONFIG_FILE           --config FILE          (a Kafka-style .properties file)
+#   SHOAL_CFG_<NAME>            any setting: SHOAL_CFG_NUM_PARTITIONS=3 -> num.partitions=3
+#                               (lower-cased, '_' becomes '.')
+#
+# Arguments are passed on to the broker after these and win over them:
+#   docker run shoal --override log.level=DEBUG
+set -eu
+
+data_dir="${SHOAL_DATA_DIR:-/var/lib/shoal/data}"
+mkdir -p "$data_dir"
+
+# Prepend, in reverse order of precedence, so that the caller's own arguments
+# stay last and beat everything set here.
+for var in $(env | sed -n 's/^\(SHOAL_CFG_[A-Za-z0-9_]*\)=.*/\1/p' | sort -r); do
+    key=$(printf '%s' "${var#SHOAL_CFG_}" | tr 'A-Z_' 'a-z.')
+    eval "value=\${$var}"
+    set -- --override "$key=$value" "$@"
+done
+if [ -n "${SHOAL_ADVERTISED_LISTENERS:-}" ]; then
+    set -- --override "advertised.listeners=$SHOAL_ADVERTISED_LISTENERS" "$@"
+fi
+set -- --override "listeners=${SHOAL_LISTENERS:-PLAINTEXT://0.0.0.0:9092}" "$@"
+set -- --override "log.dirs=$data_dir" "$@"
+if [ -n "${SHOAL_CONFIG_FILE:-}" ]; then
+    set -- --config "$SHOAL_CONFIG_FILE" "$@"
+fi
+
+if command -v shoal-broker >/dev/null 2>&1; then
+    exec shoal-broker "$@"
+fi
+exec python3 -m broker "$@"

@@ -1,0 +1,170 @@
+"""The broker image's entrypoint and healthcheck, run outside Docker.
+
+Docker cannot run on the test machines, so the two scripts the image runs are
+exercised directly: the entrypoint turns SHOAL_* variables into settings and
+execs the broker (so SIGTERM reaches it), and the healthcheck answers 0 only
+while a broker answers ApiVersions. The static checks at the end keep the
+Dockerfiles and the compose file pointing at files that exist.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.brokers import ROOT, RawClient, wait_port
+
+DOCKER = ROOT / "docker"
+ENTRYPOINT = DOCKER / "entrypoint.sh"
+HEALTHCHECK = DOCKER / "healthcheck.py"
+_LISTENING = re.compile(rb"shoal broker listening on ([\d.]+):(\d+)")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def _healthcheck(address: str, timeout: float = 3.0) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(HEALTHCHECK), address, "--timeout", str(timeout)],
+        env=_env(),
+        capture_output=True,
+        timeout=30,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_entrypoint(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.Popen, int, Path]:
+    log = tmp_path / "entrypoint.log"
+    out = open(log, "wb")
+    proc = subprocess.Popen(
+        ["sh", str(ENTRYPOINT), *args], env=_env(**env), stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path
+    )
+    out.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = _LISTENING.search(log.read_bytes())
+        if found:
+            port = int(found.group(2))
+            assert wait_port(port, 5.0)
+            return proc, port, log
+        if proc.poll() is not None:
+            raise AssertionError(f"entrypoint exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"broker did not start:\n{log.read_text()[-3000:]}")
+
+
+def test_entrypoint_maps_environment_and_execs_the_broker(tmp_path: Path) -> None:
+    data = tmp_path / "volume" / "data"
+    proc, port, log = _start_entrypoint(
+        tmp_path,
+        "--override",
+        "group.share.heartbeat.interval.ms=6000",  # caller arguments come last and win
+        SHOAL_DATA_DIR=str(data),
+        SHOAL_LISTENERS="PLAINTEXT://127.0.0.1:0",
+        SHOAL_CFG_NUM_PARTITIONS="3",
+        SHOAL_CFG_GROUP_SHARE_HEARTBEAT_INTERVAL_MS="7000",
+    )
+    try:
+        assert data.is_dir(), "the entrypoint creates the data directory"
+        # exec: the process we started *is* the broker, not a shell waiting on it.
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert not any(part.endswith(b"entrypoint.sh") for part in cmdline), cmdline
+        assert _healthcheck(f"127.0.0.1:{port}").returncode == 0
+        with RawClient(port) as raw:
+            # SHOAL_CFG_NUM_PARTITIONS=3 reached the broker: an auto-created topic has 3 partitions.
+            for _ in range(50):
+                meta = raw.call(
+                    "Metadata", 12, topics=[_metadata_topic("auto-created")], allow_auto_topic_creation=True
+                )
+                parts = meta.topics[0].partitions
+                if parts and all(p.leader_id >= 0 for p in parts):
+                    break
+                time.sleep(0.1)
+            assert len(meta.topics[0].partitions) == 3
+        assert any(data.iterdir()), "topic data lives in SHOAL_DATA_DIR"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(30)
+    assert rc == 0, log.read_text()[-2000:]
+    assert _healthcheck(f"127.0.0.1:{port}", timeout=1.0).returncode == 1
+
+
+def test_entrypoint_reports_bad_settings(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["sh", str(ENTRYPOINT)],
+        env=_env(SHOAL_DATA_DIR=str(tmp_path / "d"), SHOAL_LISTENERS="PLAINTEXT://127.0.0.1:0", SHOAL_CFG_NO_SUCH="1"),
+        capture_output=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert b"no.such" in proc.stderr
+
+
+def _metadata_topic(name: str):
+    from protocol.api import api_by_name
+
+    return api_by_name("Metadata").request_class().MetadataRequestTopic(name=name)
+
+
+def test_healthcheck_fails_fast_when_nothing_listens() -> None:
+    started = time.monotonic()
+    result = _healthcheck(f"127.0.0.1:{_free_port()}", timeout=2.0)
+    assert result.returncode == 1
+    assert b"unhealthy" in result.stderr
+    assert time.monotonic() - started < 20
+
+
+def test_healthcheck_rejects_a_port_that_does_not_speak_kafka() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, str(HEALTHCHECK), f"127.0.0.1:{port}", "--timeout", "2"],
+            env=_env(),
+            stderr=subprocess.PIPE,
+        )
+        conn, _ = server.accept()
+        conn.recv(4096)
+        conn.sendall(b"\x00\x00\x00\x08HTTP/1.1")  # a frame, but not an ApiVersions answer
+        conn.close()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, err
+
+
+def test_healthcheck_bad_address_is_a_usage_error() -> None:
+    assert _healthcheck("no-port-here").returncode == 2
+
+
+def test_healthcheck_against_a_running_broker(shared_broker) -> None:
+    result = _healthcheck(shared_broker.bootstrap)
+    assert result.returncode == 0, result.stderr
+
+
+def test_dockerfile_copies_files_that_exist() -> None:
+    text = (DOCKER / "Dockerfile").read_text()
+    assert "FROM python:3.11-slim" in text
+    assert re.search(r"^USER (?!root)\w+", text, re.M), "runs as a non-root user"
+    assert "VOLUME" in text and "HEALTHCHECK" in text and "shoal-healthcheck" in text
+    assert 'ENTRYPOINT ["shoal-entrypoint"]' in text
+    for line in text.splitlines():
+        if line.startswith("COPY "):
+            for src in line.split()[1:-1]:
+                assert (ROOT / src).exists(), f"COPY {src} names a missing path"
