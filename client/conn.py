@@ -172,6 +172,11 @@ class BrokerConnection(asyncio.BufferedProtocol):
     def in_flight(self) -> int:
         return len(self._pending)
 
+    @property
+    def write_paused(self) -> bool:
+        """True while the transport's write buffer is above its high-water mark (see ``drain``)."""
+        return self._write_ready is not None
+
     def send(
         self,
         which: str | int,
