@@ -212,6 +212,8 @@ async def handle_alter_share_group_offsets(broker: Any, ctx: Any, req: Any) -> A
             p_out.error_code = error
             if not error:
                 ok.append(rp.partition_index)
+        if ok:
+            broker.share_partitions.forget(req.group_id, topic.topic_id, ok)
         if ok and shard.share_groups.get(req.group_id) is g:
             g.initialized_partitions(topic.topic_id, topic.name, ok)
     await _persist_if_current(broker, p, shard, g)
@@ -247,6 +249,7 @@ async def handle_delete_share_group_offsets(broker: Any, ctx: Any, req: Any) -> 
             | (g.initializing[topic.topic_id].partitions if topic.topic_id in g.initializing else frozenset())
         )
         errors = await asyncio.gather(*(sc.delete(req.group_id, topic.topic_id, i) for i in parts))
+        broker.share_partitions.forget(req.group_id, topic.topic_id)
         bad = next((e for e in errors if e), 0)
         if bad:
             t_out.error_code = bad

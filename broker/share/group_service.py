@@ -376,6 +376,7 @@ class ShareGroupService:
                     return ErrorCode(errors[0]) if errors[0] else ErrorCode.UNKNOWN_SERVER_ERROR
         if shard.share_groups.get(gid) is not g or g.members:
             return ErrorCode.NON_EMPTY_GROUP  # someone joined while the state was deleted
+        self.broker.share_partitions.forget(gid)
         records = tombstones(shard.share_images.pop(gid, {}))
         del shard.share_groups[gid]
         g.mark_dead(self.now())

@@ -414,6 +414,15 @@ class SharePartitionManager:
         for entry in [e for k, e in self.entries.items() if k[1] == topic_id]:
             self._drop(entry)
 
+    def forget(self, gid: str, topic_id: uuid.UUID | None = None, partitions: Iterable[int] | None = None) -> None:
+        """The share coordinator's state of these share partitions was replaced or deleted by an admin
+        (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups of an empty group): drop what is
+        cached, so the next fetch reads the new state instead of handing out records from the old one."""
+        wanted = None if partitions is None else set(partitions)
+        for (g, tid, index), entry in list(self.entries.items()):
+            if g == gid and (topic_id is None or tid == topic_id) and (wanted is None or index in wanted):
+                self._drop(entry)
+
     def close(self) -> None:
         for entry in list(self.entries.values()):
             self._drop(entry)
