@@ -124,6 +124,8 @@ def parse_bootstrap(value: Any, key: str = "bootstrap.servers") -> tuple[tuple[s
         raise ConfigError(key, f"expected 'host:port[,host:port...]', got {value!r}")
     out: list[tuple[str, int]] = []
     for raw in items:
+        if isinstance(raw, tuple) and len(raw) == 2 and isinstance(raw[0], str) and isinstance(raw[1], int):
+            raw = f"[{raw[0]}]:{raw[1]}" if ":" in raw[0] else f"{raw[0]}:{raw[1]}"  # already parsed
         if not isinstance(raw, str):
             raise ConfigError(key, f"expected 'host:port' strings, got {raw!r}")
         entry = raw.strip()
@@ -296,6 +298,10 @@ class Config(Mapping[str, Any]):
         return len(self._values)
 
     def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):
+            # Private and dunder names are never settings; answering them from
+            # _values recursed forever while pickle restored an instance.
+            raise AttributeError(attr)
         try:
             return self._values[attr.replace("_", ".")]
         except KeyError:

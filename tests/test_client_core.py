@@ -382,3 +382,13 @@ async def test_reconnects_after_broker_restart(broker_factory, topic_name) -> No
         assert resp.topics[0].error_code == 0
     finally:
         await core.close()
+
+
+def test_config_survives_pickling() -> None:
+    # Spark ships a data source's settings to its workers with pickle.
+    import pickle
+
+    cfg = build_config("consumer", {"bootstrap.servers": "h:1", "fetch.max.wait.ms": 7})
+    copy = pickle.loads(pickle.dumps(cfg))
+    assert copy == cfg and copy.fetch_max_wait_ms == 7
+    assert copy.with_overrides(client_id="x")["client.id"] == "x"
