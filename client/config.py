@@ -348,7 +348,15 @@ def _check_relations(kind: str, v: dict[str, Any], given: Mapping[str, Any]) -> 
         # application picked settings it cannot work with.
         if v["acks"] != -1 or v["max.in.flight.requests.per.connection"] > 5 or v["retries"] == 0:
             v["enable.idempotence"] = False
+    if kind == "producer" and v["delivery.timeout.ms"] < v["linger.ms"] + v["request.timeout.ms"]:
+        # As in Kafka: an explicit value that cannot hold one linger and one
+        # request is an error; the default is raised to fit.
+        if "delivery.timeout.ms" in given:
+            raise ConfigError("delivery.timeout.ms", "must be at least linger.ms + request.timeout.ms")
+        v["delivery.timeout.ms"] = min(v["linger.ms"] + v["request.timeout.ms"], _MAX_INT)
     if kind == "producer" and v["enable.idempotence"]:
+        if v["retries"] == 0:
+            raise ConfigError("retries", "must not be 0 with enable.idempotence")
         if v["max.in.flight.requests.per.connection"] > 5:
             raise ConfigError("max.in.flight.requests.per.connection", "must be at most 5 with enable.idempotence")
         if v["acks"] != -1:
