@@ -10,6 +10,9 @@ so code that already catches the protocol's exception keeps working.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from protocol.errors import KafkaError, KafkaErrorResponse, error_for
 
 __all__ = [
@@ -18,9 +21,13 @@ __all__ = [
     "CommitFailedError",
     "ConfigError",
     "IllegalStateError",
+    "InvalidOffsetError",
     "KafkaClientError",
     "KafkaConnectionError",
     "KafkaTimeoutError",
+    "NoOffsetForPartitionError",
+    "OffsetOutOfRangeError",
+    "RebalanceInProgressError",
     "UnsupportedVersionError",
     "raise_for_code",
 ]
@@ -72,6 +79,30 @@ class ClientClosedError(IllegalStateError):
 class CommitFailedError(KafkaClientError):
     """An offset commit cannot succeed: the group rebalanced and the
     partitions may now belong to another member."""
+
+
+class RebalanceInProgressError(CommitFailedError):
+    """An offset commit was refused because the group is rebalancing; after the
+    next poll completes the rebalance, committing again may succeed."""
+
+    retriable = True
+
+
+class InvalidOffsetError(KafkaClientError):
+    """A consumer has no valid position for ``partitions`` and ``auto.offset.reset``
+    is "none": the application must ``seek`` them."""
+
+    def __init__(self, message: str, partitions: Iterable[Any] = ()) -> None:
+        super().__init__(message)
+        self.partitions = frozenset(partitions)
+
+
+class NoOffsetForPartitionError(InvalidOffsetError):
+    """No committed offset to start from."""
+
+
+class OffsetOutOfRangeError(InvalidOffsetError):
+    """The fetch position is outside the partition's log."""
 
 
 class BrokerResponseError(KafkaErrorResponse, KafkaClientError):
