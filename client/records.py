@@ -13,7 +13,7 @@ so the first batch may begin before the requested offset).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,17 +104,34 @@ def decode_record_set_for(
     check_crcs: bool = True,
     key_deserializer: Deserializer = None,
     value_deserializer: Deserializer = None,
+    aborted_transactions: Iterable[tuple[int, int]] | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
     """Records at or after ``start_offset``, and the offset after the last whole batch.
 
     The second value lets a consumer advance past batches that held no
     returnable records (control batches, compacted-away tails).
+
+    ``aborted_transactions`` — (producer id, first offset) pairs from a
+    read_committed Fetch response — drops the batches of aborted transactions
+    as Kafka's consumer does: a producer's transactional batches are skipped
+    from the first offset of its aborted transaction up to its abort marker.
     """
     out: list[ConsumerRecord] = []
     append = out.append
     next_offset = start_offset
+    pending = sorted(aborted_transactions, key=lambda a: a[1]) if aborted_transactions else None
+    aborted: set[int] = set()
     for batch in iter_record_batches(data, check_crcs=check_crcs):
         next_offset = max(next_offset, batch.last_offset + 1)
+        if pending is not None and batch.producer_id >= 0:
+            while pending and pending[0][1] <= batch.last_offset:
+                aborted.add(pending.pop(0)[0])
+            if batch.is_control:
+                first = batch.records[0] if batch.records else None
+                if first is not None and first.control is not None and first.control.is_abort:
+                    aborted.discard(batch.producer_id)
+            elif batch.is_transactional and batch.producer_id in aborted:
+                continue
         if batch.is_control:
             continue
         epoch = batch.leader_epoch
