@@ -156,6 +156,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = _verb(gv, "delete", "delete consumer groups (they must be empty)")
     p.add_argument("groups", nargs="+", metavar="GROUP")
 
+    # configs
+    configs = areas.add_parser("configs", help="describe and change topic, broker and group configs")
+    cv = configs.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for name, text in (("describe", "configs of one resource"), ("alter", "change configs of one resource")):
+        p = _verb(cv, name, text)
+        which = p.add_mutually_exclusive_group(required=True)
+        which.add_argument("--topic", metavar="TOPIC")
+        which.add_argument("--broker", metavar="ID", nargs="?", const="", help="default: the broker answering")
+        which.add_argument("--group", metavar="GROUP", help="a group's configs (share.auto.offset.reset, ...)")
+        if name == "describe":
+            p.add_argument("--all", action="store_true", help="defaults too, not only overrides")
+        else:
+            p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+            p.add_argument("--delete", action="append", default=[], metavar="KEY")
+            p.add_argument("--append", action="append", default=[], metavar="KEY=VALUE", help="to a list config")
+            p.add_argument("--subtract", action="append", default=[], metavar="KEY=VALUE", help="from a list config")
+
     # share groups
     share = areas.add_parser("share-groups", help="the kafka-share-groups.sh verbs")
     sv = share.add_subparsers(dest="verb", metavar="VERB", required=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 from client.admin import AsyncAdmin
 from client.admin_types import (
+    AlterConfigOp,
     ConfigResource,
     ConfigSource,
     ConsumerGroupDescription,
@@ -129,6 +130,54 @@ async def topics_alter(args: argparse.Namespace, settings: dict[str, Any]) -> in
     async with AsyncAdmin(settings) as admin:
         res = await admin.create_partitions({t: args.partitions for t in args.topics})
     return _report(res, "Topic {} now has " + str(args.partitions) + " partitions.")
+
+
+# -- configs ------------------------------------------------------------------------------------
+
+
+def _resource(args: argparse.Namespace) -> ConfigResource:
+    if args.topic is not None:
+        return ConfigResource.topic(args.topic)
+    if args.group is not None:
+        return ConfigResource.group(args.group)
+    return ConfigResource.broker(args.broker)
+
+
+# What "configs describe" shows without --all: values someone set (Shoal's broker settings are static).
+_OVERRIDES = frozenset(
+    {
+        ConfigSource.DYNAMIC_TOPIC_CONFIG,
+        ConfigSource.GROUP_CONFIG,
+        ConfigSource.DYNAMIC_BROKER_CONFIG,
+        ConfigSource.STATIC_BROKER_CONFIG,
+    }
+)
+
+
+async def configs_describe(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    resource = _resource(args)
+    async with AsyncAdmin(settings) as admin:
+        entries = (await admin.describe_configs([resource]))[resource]
+    if isinstance(entries, BaseException):
+        err(f"Error: {entries}")
+        return 1
+    shown = [e for e in entries.values() if args.all or e.source in _OVERRIDES]
+    out(format_table(["NAME", "VALUE", "SOURCE"], ((e.name, e.value, e.source.name) for e in shown)))
+    return 0
+
+
+async def configs_alter(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    ops = [AlterConfigOp.set(k, v) for k, v in parse_key_values(args.set, "--set").items()]
+    ops += [AlterConfigOp.delete(k) for k in args.delete]
+    ops += [AlterConfigOp.append(k, v) for k, v in parse_key_values(args.append, "--append").items()]
+    ops += [AlterConfigOp.subtract(k, v) for k, v in parse_key_values(args.subtract, "--subtract").items()]
+    if not ops:
+        raise UsageError("configs alter needs --set, --delete, --append or --subtract")
+    resource = _resource(args)
+    async with AsyncAdmin(settings) as admin:
+        res = await admin.incremental_alter_configs({resource: ops})
+    kind = resource.type.name.lower()
+    return _report({resource.name: res[resource]}, f"Completed updating config for {kind} {{}}.")
 
 
 # -- consumer groups ----------------------------------------------------------------------------
@@ -384,6 +433,8 @@ VERBS = {
     ("topics", "describe"): topics_describe,
     ("topics", "delete"): topics_delete,
     ("topics", "alter"): topics_alter,
+    ("configs", "describe"): configs_describe,
+    ("configs", "alter"): configs_alter,
     ("groups", "list"): groups_list,
     ("groups", "describe"): groups_describe,
     ("groups", "delete"): groups_delete,

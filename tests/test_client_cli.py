@@ -427,3 +427,53 @@ def test_share_groups_verbs(broker, topic_name) -> None:
     assert rc == 0 and out.strip() == f"Deleted share group '{group}'."
     rc, _, err = shoal("share-groups", "describe", group, b=broker)
     assert rc == 1 and "GROUP_ID_NOT_FOUND" in err
+
+
+# -- configs ------------------------------------------------------------------------------------
+
+
+def test_configs_verbs(broker, topic_name) -> None:
+    assert shoal("topics", "create", topic_name, b=broker)[0] == 0
+    rc, out, err = shoal(
+        "configs",
+        "alter",
+        "--topic",
+        topic_name,
+        "--set",
+        "retention.ms=1000",
+        "--append",
+        "cleanup.policy=compact",
+        b=broker,
+    )
+    assert rc == 0 and out.strip() == f"Completed updating config for topic {topic_name}.", err
+    ck_res = confluent_kafka.admin.ConfigResource(confluent_kafka.admin.ResourceType.TOPIC, topic_name)
+    ck_client = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    ck = ck_client.describe_configs([ck_res])[ck_res].result(10)
+    assert ck["retention.ms"].value == "1000" and "compact" in ck["cleanup.policy"].value
+    rc, out, _ = shoal("configs", "describe", "--topic", topic_name, b=broker)
+    assert rc == 0 and ["retention.ms", "1000", "DYNAMIC_TOPIC_CONFIG"] in rows(out)
+    assert not any(r[0] == "segment.ms" for r in rows(out))
+    rc, out, _ = shoal("configs", "describe", "--topic", topic_name, "--all", b=broker)
+    assert any(r[0] == "segment.ms" and r[-1] == "DEFAULT_CONFIG" for r in rows(out))
+    assert shoal("configs", "alter", "--topic", topic_name, "--delete", "retention.ms", b=broker)[0] == 0
+    assert ck_client.describe_configs([ck_res])[ck_res].result(10)["retention.ms"].is_default
+
+    group = topic_name + "-g"
+    rc, out, _ = shoal("configs", "alter", "--group", group, "--set", "share.auto.offset.reset=earliest", b=broker)
+    assert rc == 0 and out.strip() == f"Completed updating config for group {group}."
+    D = api_by_name("DescribeConfigs").request_class()
+    with RawClient(broker.port) as c:
+        r = c.call("DescribeConfigs", 4, resources=[D.DescribeConfigsResource(resource_type=32, resource_name=group)])
+    found = {e.name: (e.value, e.config_source) for e in r.results[0].configs}
+    assert found["share.auto.offset.reset"] == ("earliest", 8)
+    rc, out, _ = shoal("configs", "describe", "--broker", b=broker)
+    assert rc == 0 and ["offsets.topic.num.partitions", "2", "STATIC_BROKER_CONFIG"] in rows(out)
+
+    rc, _, err = shoal("configs", "alter", "--topic", topic_name + "-none", "--set", "retention.ms=1", b=broker)
+    assert rc == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in err
+    rc, _, err = shoal("configs", "alter", "--group", group, "--set", "share.auto.offset.reset=sometimes", b=broker)
+    assert rc == 1 and "INVALID_CONFIG" in err
+    rc, _, err = shoal("configs", "alter", "--topic", topic_name, b=broker)
+    assert rc == 2
+    rc, _, err = shoal("configs", "describe", b=broker)
+    assert rc == 2
