@@ -258,6 +258,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except Exception as e:  # the one-line contract holds for bugs too
+        if os.environ.get("SHOAL_DEBUG"):
+            raise
+        print(f"Error: unexpected {type(e).__name__}: {e} (set SHOAL_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -477,3 +477,103 @@ def test_configs_verbs(broker, topic_name) -> None:
     assert rc == 2
     rc, _, err = shoal("configs", "describe", b=broker)
     assert rc == 2
+
+
+# -- data verbs ---------------------------------------------------------------------------------
+
+
+def test_produce_lines_judged_by_librdkafka(broker, topic_name) -> None:
+    pytest.importorskip("client.producer")
+    assert shoal("topics", "create", topic_name, "--partitions", "2", b=broker)[0] == 0
+    lines = "".join(f"k{i}:v{i}\n" for i in range(30))
+    rc, out, err = shoal("produce", topic_name, "--key-separator", ":", "--header", "h=1", b=broker, stdin=lines)
+    assert rc == 0 and out == "", err
+    rc, _, err = shoal("produce", topic_name, "--partition", "1", b=broker, stdin="plain\r\nlast-no-newline")
+    assert rc == 0, err
+    c = confluent_kafka.Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": topic_name, "log_level": 0, "auto.offset.reset": "earliest"}
+    )
+    c.assign([confluent_kafka.TopicPartition(topic_name, p, 0) for p in (0, 1)])
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 32 and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got.append(m)
+    c.close()
+    keyed = {m.key(): m.value() for m in got if m.key() is not None}
+    assert keyed == {f"k{i}".encode(): f"v{i}".encode() for i in range(30)}
+    assert all(m.headers() == [("h", b"1")] for m in got if m.key() is not None)
+    plain = [m for m in got if m.key() is None]
+    assert [m.value() for m in plain] == [b"plain", b"last-no-newline"] and {m.partition() for m in plain} == {1}
+    # A line without the separator: exit 1 naming the line; the lines before it are delivered.
+    rc, _, err = shoal("produce", topic_name + "-x", "--key-separator", ":", b=broker, stdin="a:1\nnokey\n")
+    assert rc == 1 and "line 2" in err
+
+
+@pytest.mark.skipif(not hasattr(confluent_kafka, "ShareConsumer"), reason="no ShareConsumer in this confluent-kafka")
+def test_share_consume_acknowledges_by_pattern(broker, topic_name) -> None:
+    pytest.importorskip("client.share_consumer")
+    group, other = topic_name + "-sg", topic_name + "-sg2"
+    assert shoal("topics", "create", topic_name, b=broker)[0] == 0
+    for g in (group, other):
+        assert shoal("configs", "alter", "--group", g, "--set", "share.auto.offset.reset=earliest", b=broker)[0] == 0
+    produce(broker, topic_name, 30)  # v0..v29
+    rc, out, err = shoal(
+        "share-consume", topic_name, "--group", group, "--reject", r"^v1\d$", "--release", r"^v2\d$",
+        "--timeout-ms", "6000", b=broker,
+    )  # fmt: skip
+    assert rc == 0, err
+    printed = out.splitlines()
+    # Accepted and rejected records are delivered once; released ones until the delivery limit (5).
+    assert sorted(set(printed)) == sorted(f"v{i}" for i in range(30))
+    assert {v: printed.count(v) for v in set(printed)} == {f"v{i}": 1 if i < 20 else 5 for i in range(30)}
+    assert raw_share_offsets(broker.port, group) == {(topic_name, 0): (30, 0)}
+
+    rc, out, err = shoal("share-consume", topic_name, "--group", other, "--max-messages", "3", b=broker, timeout=90)
+    assert rc == 0 and out.splitlines() == ["v0", "v1", "v2"], err
+    assert raw_share_offsets(broker.port, other) == {(topic_name, 0): (3, 27)}
+
+
+def test_consume_partition_and_group(broker, topic_name) -> None:
+    pytest.importorskip("client.consumer")
+    group = topic_name + "-g"
+    assert shoal("topics", "create", topic_name, "--partitions", "2", b=broker)[0] == 0
+    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    for i in range(10):
+        p.produce(topic_name, key=f"k{i}".encode(), value=f"p0-{i}".encode(), partition=0)
+        p.produce(topic_name, value=f"p1-{i}".encode(), partition=1)
+    assert p.flush(15) == 0
+
+    rc, out, err = shoal("consume", topic_name, "--partition", "0", "--offset", "2", "--max-messages", "3", b=broker)
+    assert rc == 0 and out.splitlines() == ["p0-2", "p0-3", "p0-4"], err
+    rc, out, err = shoal(
+        "consume", topic_name, "--partition", "0", "--offset", "earliest", "--print-key", "--key-separator", "=",
+        "--max-messages", "2", b=broker,
+    )  # fmt: skip
+    assert rc == 0 and out.splitlines() == ["k0=p0-0", "k1=p0-1"], err
+    rc, out, err = shoal(
+        "consume", topic_name, "--partition", "1", "--offset", "latest", "--timeout-ms", "1500", b=broker
+    )
+    assert rc == 0 and out == "", err
+    rc, out, err = shoal("consume", topic_name, "--from-beginning", "--timeout-ms", "3000", b=broker)
+    assert rc == 0 and sorted(out.splitlines()) == sorted(
+        [f"p0-{i}" for i in range(10)] + [f"p1-{i}" for i in range(10)]
+    )
+
+    # A group commits what it printed: judged by librdkafka's admin.
+    rc, out, err = shoal(
+        "consume", topic_name, "--group", group, "--from-beginning", "--timeout-ms", "5000", b=broker, timeout=90
+    )
+    assert rc == 0 and len(out.splitlines()) == 20, err
+    ck = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    req = confluent_kafka.ConsumerGroupTopicPartitions(
+        group, [confluent_kafka.TopicPartition(topic_name, 0), confluent_kafka.TopicPartition(topic_name, 1)]
+    )
+    got = ck.list_consumer_group_offsets([req])[group].result(10)
+    assert sorted((tp.partition, tp.offset) for tp in got.topic_partitions) == [(0, 10), (1, 10)]
+    rc, out, _ = shoal("consume", topic_name, "--group", group, "--timeout-ms", "2000", b=broker, timeout=90)
+    assert rc == 0 and out == ""  # nothing new after the committed offsets
+
+    for bad in (["--group", "g", "--partition", "0"], ["--offset", "3"], ["--partition", "0", "--offset", "soon"]):
+        assert shoal("consume", topic_name, *bad, b=broker)[0] == 2
