@@ -1,9 +1,10 @@
 """One client connection: frames in, responses out, in request order.
 
 Why a BufferedProtocol: uvloop hands us `get_buffer()` before every read, so a
-large frame (a 1 MiB produce) is received straight into its own bytearray
-with no intermediate copy, while small frames share a staging buffer and
-several of them may arrive in one read.
+large frame (a 1 MiB produce) is received straight into a buffer of its own
+(taken from the server's `FramePool`, so not allocated and zero-filled per
+frame) with no intermediate copy, while small frames share a staging buffer
+and several of them may arrive in one read.
 
 Ordering and pipelining: Kafka clients keep many requests in flight on one
 connection and match responses by correlation id, but expect them in request
@@ -27,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from broker.buffers import FramePool
 from protocol.exceptions import ProtocolError
 from protocol.frames import UnsupportedRequest, decode_request, encode_response
 
@@ -77,7 +79,9 @@ class Connection(asyncio.BufferedProtocol):
         self.max_queued = server.max_queued_requests
         self._staging = bytearray(_STAGING)
         self._staged = 0  # bytes in staging
-        self._big: bytearray | None = None  # frame being received directly
+        self._pool: FramePool = server.frame_pool
+        self._big: bytearray | None = None  # pooled buffer of the frame being received directly
+        self._big_size = 0  # that frame's size (the buffer may be larger)
         self._big_filled = 0
         self._slots: deque[_Slot] = deque()
         self._reading_paused = False
@@ -96,6 +100,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._big is not None:
+            self._pool.give(self._big)
+            self._big = None
         self.server.connections.discard(self)
         for t in list(self.tasks):
             t.cancel()
@@ -103,7 +110,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big is not None:
-            return memoryview(self._big)[self._big_filled :]
+            return memoryview(self._big)[self._big_filled : self._big_size]
         return memoryview(self._staging)[self._staged :]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -111,10 +118,14 @@ class Connection(asyncio.BufferedProtocol):
         try:
             if self._big is not None:
                 self._big_filled += nbytes
-                if self._big_filled == len(self._big):
-                    frame, self._big = self._big, None
+                if self._big_filled == self._big_size:
+                    buf, self._big = self._big, None
                     self._big_filled = 0
-                    self._on_frame(memoryview(frame))
+                    try:
+                        self._on_frame(memoryview(buf)[: self._big_size])
+                    finally:
+                        # Views the request still holds keep it from reuse (FramePool).
+                        self._pool.give(buf)
                 return
             self._staged += nbytes
             self._drain_staging()
@@ -147,11 +158,12 @@ class Connection(asyncio.BufferedProtocol):
                 pos += 4 + size
                 continue
             if size + 4 > len(buf):
-                # Too big for staging: receive the rest straight into its own buffer.
-                big = bytearray(size)
+                # Too big for staging: receive the rest straight into a buffer of its own.
+                big = self._pool.take(size)
                 have = n - pos - 4
-                big[:have] = buf[pos + 4 : n]
+                big[:have] = memoryview(buf)[pos + 4 : n]
                 self._big = big
+                self._big_size = size
                 self._big_filled = have
                 pos = n
             break

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from broker.buffers import FramePool
 from broker.connection import Connection
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class Server:
         self.max_queued_requests = cfg.get("queued.max.requests")
         self.idle_ms = cfg.get("connections.max.idle.ms")
         self.connections: set[Connection] = set()
+        self.frame_pool = FramePool()  # receive buffers of large frames, shared by connections
         self._servers: list[asyncio.base_events.Server] = []
         self._reaper: asyncio.Task | None = None
         self.bound: list[tuple[str, int]] = []
