@@ -367,6 +367,7 @@ _VARINT_MIN = -1
 _VARINT_TABLE = tuple(_encode_varint_slow(v) for v in range(_VARINT_MIN, 1 << 14))
 _VARINT_TABLE_LEN = len(_VARINT_TABLE)
 _ZIGZAG_1 = tuple((b >> 1) ^ -(b & 1) for b in range(128))  # one-byte varints, decoded
+_ZIGZAG_2 = tuple((z >> 1) ^ -(z & 1) for z in range(1 << 14))  # two-byte varints by their 14 payload bits
 
 
 def encode_varint(value: int) -> bytes:
@@ -398,23 +399,53 @@ def _parse_records(payload: memoryview, header: BatchHeader) -> list[Record]:
     control = header.is_control
     read = _read_varint
     zz = _ZIGZAG_1
+    zz2 = _ZIGZAG_2
     out: list[Record] = []
     append = out.append
     pos = 0
     for index in range(count):
-        # Single-byte varints are decoded inline (the common case).  A read
-        # past the record is caught by the length checks or the final
-        # ``pos != rec_end`` check; past the buffer by IndexError.
+        # One- and two-byte varints are decoded inline (the common cases; a
+        # 1 KiB value's length takes two).  A read past the record is caught
+        # by the length checks or the final ``pos != rec_end`` check; past the
+        # buffer by IndexError.
         try:
-            length, pos = (zz[b], pos + 1) if (b := buf[pos]) < 128 else read(buf, pos, end)
+            b = buf[pos]
+            if b < 128:
+                length = zz[b]
+                pos += 1
+            elif (c := buf[pos + 1]) < 128:
+                length = zz2[(b & 127) | (c << 7)]
+                pos += 2
+            else:
+                length, pos = read(buf, pos, end)
             rec_end = pos + length
             if length < 6 or rec_end > end:
                 raise ProtocolError(f"record length {length} does not fit", offset=pos)
             attrs = buf[pos]
-            pos += 1
-            ts_delta, pos = (zz[b], pos + 1) if (b := buf[pos]) < 128 else read(buf, pos, rec_end, 10)
-            off_delta, pos = (zz[b], pos + 1) if (b := buf[pos]) < 128 else read(buf, pos, rec_end)
-            size, pos = (zz[b], pos + 1) if (b := buf[pos]) < 128 else read(buf, pos, rec_end)
+            b = buf[pos + 1]
+            if b < 128:
+                ts_delta = zz[b]
+                pos += 2
+            elif (c := buf[pos + 2]) < 128:
+                ts_delta = zz2[(b & 127) | (c << 7)]
+                pos += 3
+            else:
+                ts_delta, pos = read(buf, pos + 1, rec_end, 10)
+            b = buf[pos]
+            if b < 128:
+                off_delta = zz[b]
+                pos += 1
+            elif (c := buf[pos + 1]) < 128:
+                off_delta = zz2[(b & 127) | (c << 7)]
+                pos += 2
+            else:
+                off_delta, pos = read(buf, pos, rec_end)
+            b = buf[pos]
+            if b < 128:
+                size = zz[b]
+                pos += 1
+            else:
+                size, pos = read(buf, pos, rec_end)
             if size < 0:
                 key = None
             elif pos + size > rec_end:
@@ -422,7 +453,15 @@ def _parse_records(payload: memoryview, header: BatchHeader) -> list[Record]:
             else:
                 key = buf[pos : pos + size]
                 pos += size
-            size, pos = (zz[b], pos + 1) if (b := buf[pos]) < 128 else read(buf, pos, rec_end)
+            b = buf[pos]
+            if b < 128:
+                size = zz[b]
+                pos += 1
+            elif (c := buf[pos + 1]) < 128:
+                size = zz2[(b & 127) | (c << 7)]
+                pos += 2
+            else:
+                size, pos = read(buf, pos, rec_end)
             if size < 0:
                 value = None
             elif pos + size > rec_end:
@@ -430,7 +469,12 @@ def _parse_records(payload: memoryview, header: BatchHeader) -> list[Record]:
             else:
                 value = buf[pos : pos + size]
                 pos += size
-            n_headers, pos = (zz[b], pos + 1) if (b := buf[pos]) < 128 else read(buf, pos, rec_end)
+            b = buf[pos]
+            if b < 128:
+                n_headers = zz[b]
+                pos += 1
+            else:
+                n_headers, pos = read(buf, pos, rec_end)
             headers: list[tuple[str, bytes | None]] = []
             if n_headers:
                 if n_headers < 0 or 2 * n_headers > rec_end - pos:
