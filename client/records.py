@@ -135,9 +135,18 @@ def decode_record_set_for(
         if batch.is_control:
             continue
         epoch = batch.leader_epoch
-        for r in batch.records:
-            if r.offset < start_offset:
-                continue
+        records = batch.records
+        if batch.base_offset < start_offset:
+            records = [r for r in records if r.offset >= start_offset]
+        if key_deserializer is None and value_deserializer is None:
+            for r in records:
+                append(
+                    ConsumerRecord(
+                        topic, partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers, epoch
+                    )
+                )
+            continue
+        for r in records:
             key = r.key if key_deserializer is None else key_deserializer(r.key)
             value = r.value if value_deserializer is None else value_deserializer(r.value)
             append(
