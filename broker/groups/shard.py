@@ -171,6 +171,12 @@ class GroupShard:
         if simple:
             # A standalone commit for a group with live members is not allowed.
             return ErrorCode.UNKNOWN_MEMBER_ID, False
+        if instance_id is not None:
+            holder = group.static_members.get(instance_id)
+            if holder is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID, False
+            if holder != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID, False  # replaced by a newer instance, as in Kafka
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID, False
@@ -178,7 +184,10 @@ class GroupShard:
             return ErrorCode.FENCED_INSTANCE_ID, False
         if generation != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION, False
-        if group.state in (GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE):
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            # As Kafka: a member of the current generation may still commit while the group
+            # prepares a rebalance (what consumers do in onPartitionsRevoked); only between
+            # JoinGroup and SyncGroup is the commit refused.
             return ErrorCode.REBALANCE_IN_PROGRESS, False
         member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms  # a commit counts as a heartbeat
         return ErrorCode.NONE, False
