@@ -287,8 +287,10 @@ def test_static_member_rejoin_replaces_and_fences_old_id() -> None:
     r = h.result(t2)
     assert r.error == 0 and r.member_id != old and r.generation_id == gen
     assert h.g.state == GroupState.STABLE  # same metadata: no rebalance
-    assert h.g.heartbeat(old, "i-1", gen, h.now) == ErrorCode.UNKNOWN_MEMBER_ID
-    assert h.g.heartbeat(r.member_id, "i-2", gen, h.now) == ErrorCode.FENCED_INSTANCE_ID
+    # As Kafka's ClassicGroup.validateMember: the replaced id is fenced (not merely unknown),
+    # and an instance id the group does not know is an unknown member.
+    assert h.g.heartbeat(old, "i-1", gen, h.now) == ErrorCode.FENCED_INSTANCE_ID
+    assert h.g.heartbeat(r.member_id, "i-2", gen, h.now) == ErrorCode.UNKNOWN_MEMBER_ID
     assert h.result(h.sync(r.member_id, gen, instance="i-1")).assignment == b"A"
 
 

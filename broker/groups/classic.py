@@ -427,6 +427,14 @@ class ClassicGroup:
     def _validate_member(self, member: Member | None, instance_id: str | None, generation_id: int) -> int | None:
         if self.state == GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if instance_id is not None:
+            # As Kafka: a static instance id now held by another member id means this one was
+            # replaced (fenced), not merely unknown, so it must not rejoin and fence the new one.
+            holder = self.static_members.get(instance_id)
+            if holder is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if member is None or holder != member.member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if member.group_instance_id != instance_id:
