@@ -1,0 +1,85 @@
+"""The ``shoal`` PySpark data source: batch reads of offset ranges, streams of a share group.
+
+    from client.spark import register
+    register(spark)                       # once per SparkSession
+    df = (spark.read.format("shoal")
+          .option("kafka.bootstrap.servers", "localhost:9092")
+          .option("subscribe", "events")
+          .option("startingOffsets", "earliest").option("endingOffsets", "latest")
+          .load())
+
+Built on pyspark's Python Data Source API (pyspark >= 4.0, with pyarrow).
+Options use the names of Spark's Kafka source where they mean the same
+thing; ``client.spark_options`` lists them and refuses unknown ones, naming
+the option, when the DataFrame is defined. Settings of the bundled client
+pass through with the ``kafka.`` prefix (``kafka.request.timeout.ms``).
+
+Rows (``client.spark_rows``): ``key`` binary, ``value`` binary, ``topic``
+string, ``partition`` int, ``offset`` long, ``timestamp`` timestamp,
+``timestampType`` int, ``headers`` array<struct<key string, value binary>>
+(only with ``includeHeaders=true``), ``deliveryCount`` int (null in batch
+reads).
+
+**Batch reads** (``client.spark_batch``): ``startingOffsets`` /
+``endingOffsets`` (earliest, latest, or JSON per partition like
+``{"t":{"0":23,"1":-2}}``), ``startingTimestamp`` / ``endingTimestamp`` and
+``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` (milliseconds,
+taking precedence over offsets as in Spark), ``minPartitions``,
+``maxRecordsPerPartition``, ``failOnDataLoss``. The driver plans exact
+ranges with ListOffsets; executors read them in parallel with Fetch.
+
+Workers import this package: run Spark with ``PYSPARK_PYTHON`` set to an
+interpreter that has ``shoal`` installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from client.spark_options import SourceOptions, parse_source_options
+from client.spark_rows import source_schema
+
+__all__ = ["ShoalDataSource", "register"]
+
+
+class ShoalDataSource(DataSource):
+    """``format("shoal")``; options are checked when the DataFrame is defined."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self.parsed: SourceOptions = parse_source_options(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "shoal"
+
+    def schema(self) -> StructType:
+        return source_schema(self.parsed.include_headers)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from client.spark_batch import ShoalBatchReader
+
+        _check_schema(schema, self.parsed.include_headers)
+        return ShoalBatchReader(self.parsed, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from client.spark_stream import ShoalStreamReader
+
+        _check_schema(schema, self.parsed.include_headers)
+        return ShoalStreamReader(self.parsed, schema)
+
+
+def _check_schema(schema: StructType, include_headers: bool) -> None:
+    expected = source_schema(include_headers)
+    if schema != expected:
+        raise ValueError(
+            f"the shoal source has a fixed schema ({expected.simpleString()}); got {schema.simpleString()}"
+        )
+
+
+def register(spark: Any) -> None:
+    """Make ``format("shoal")`` available in ``spark`` (a SparkSession)."""
+    spark.dataSource.register(ShoalDataSource)
