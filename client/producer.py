@@ -39,7 +39,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,11 +62,12 @@ from client.errors import (
     KafkaTimeoutError,
 )
 from client.partitioner import Partitioner, murmur2
+from client.record_future import RecordFuture, RecordMetadata, failed_future, wake_listeners
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode
 from protocol.exceptions import ProtocolError
 from protocol.messages import ZERO_UUID
-from protocol.records import Compression, TimestampType, build_batch
+from protocol.records import Compression, build_batch
 
 __all__ = ["AsyncProducer", "ProducerStats", "RecordFuture", "RecordMetadata"]
 
@@ -87,20 +88,6 @@ _CODECS = {
 _INT32_MAX = 0x7FFFFFFF
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where a record was stored. ``offset`` is -1 with acks=0 (and for a
-    retry the broker recognised as a duplicate of something it no longer
-    remembers the offset of)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int = TimestampType.CREATE_TIME
-    log_start_offset: int = -1
-
-
 @dataclass(slots=True)
 class ProducerStats:
     """Counters for tests, benchmarks and curious operators."""
@@ -113,116 +100,6 @@ class ProducerStats:
     expired: int = 0  # batches failed by delivery.timeout.ms
     failed: int = 0  # batches failed by an error
     in_flight: int = 0  # produce requests awaiting an answer now
-
-
-class _Callback:
-    __slots__ = ("context", "fn", "owner")
-
-    def __init__(self, fn: Callable[[Any], Any], owner: RecordFuture, context: Any) -> None:
-        self.fn = fn
-        self.owner = owner
-        self.context = context
-
-
-class RecordFuture:
-    """The outcome of one ``send``: an asyncio-compatible future of ``RecordMetadata``.
-
-    It reads its result from the record's batch when asked, so sending costs
-    no ``asyncio.Future`` per record. ``cancel()`` only stops *waiting*: a
-    buffered record is still delivered (as with Kafka's Java client).
-    """
-
-    __slots__ = ("_batch", "_cancelled", "_index", "_loop")
-    _asyncio_future_blocking = False
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, batch: ProducerBatch, index: int) -> None:
-        self._loop = loop
-        self._batch = batch
-        self._index = index
-        self._cancelled = False
-
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
-
-    def done(self) -> bool:
-        return self._cancelled or self._batch.done
-
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def cancel(self, msg: Any = None) -> bool:
-        if self.done():
-            return False
-        self._cancelled = True
-        b = self._batch
-        mine = [cb for cb in b.listeners or () if type(cb) is _Callback and cb.owner is self]
-        if mine:
-            b.listeners = [cb for cb in b.listeners or () if not (type(cb) is _Callback and cb.owner is self)]
-            for cb in mine:
-                self._loop.call_soon(cb.fn, self, context=cb.context)
-        return True
-
-    def result(self) -> RecordMetadata:
-        if self._cancelled:
-            raise asyncio.CancelledError()
-        b = self._batch
-        if not b.done:
-            raise asyncio.InvalidStateError("the record is not acknowledged yet")
-        i = self._index
-        if b.children:
-            b, i = b.leaf(i)
-        if b.error is not None:
-            raise b.error.with_traceback(None)
-        ts = b.records[i][3]
-        ts_type = TimestampType.CREATE_TIME
-        if b.log_append_time >= 0:
-            ts, ts_type = b.log_append_time, TimestampType.LOG_APPEND_TIME
-        offset = b.base_offset + i if b.base_offset >= 0 else -1
-        return RecordMetadata(b.topic, b.partition, offset, ts, ts_type, b.log_start_offset)
-
-    def exception(self) -> BaseException | None:
-        if self._cancelled:
-            raise asyncio.CancelledError()
-        b = self._batch
-        if not b.done:
-            raise asyncio.InvalidStateError("the record is not acknowledged yet")
-        if b.children:
-            b = b.leaf(self._index)[0]
-        return b.error
-
-    def add_done_callback(self, fn: Callable[[Any], Any], *, context: Any = None) -> None:
-        if self.done():
-            self._loop.call_soon(fn, self, context=context)
-            return
-        b = self._batch
-        if b.listeners is None:
-            b.listeners = []
-        b.listeners.append(_Callback(fn, self, context))
-
-    def remove_done_callback(self, fn: Callable[[Any], Any]) -> int:
-        b = self._batch
-        if not b.listeners:
-            return 0
-        keep = [cb for cb in b.listeners if not (type(cb) is _Callback and cb.owner is self and cb.fn == fn)]
-        removed = len(b.listeners) - len(keep)
-        b.listeners = keep
-        return removed
-
-    def __await__(self):
-        b = self._batch
-        if not b.done and not self._cancelled:
-            waiter = self._loop.create_future()
-            if b.listeners is None:
-                b.listeners = []
-            b.listeners.append(waiter)
-            yield from waiter
-        return self.result()
-
-    __iter__ = __await__
-
-    def __repr__(self) -> str:
-        state = "cancelled" if self._cancelled else ("done" if self._batch.done else "pending")
-        return f"<RecordFuture {self._batch.topic}-{self._batch.partition} {state}>"
 
 
 def _to_bytes(obj: Any, what: str) -> bytes | None:
@@ -246,13 +123,6 @@ def _headers(headers: Any) -> list[tuple[str, bytes | None]] | None:
             raise TypeError(f"header names must be str, got {type(name).__name__}")
         out.append((name, _to_bytes(value, "header value")))
     return out
-
-
-def _failed(loop: asyncio.AbstractEventLoop, topic: str, partition: int, error: BaseException) -> RecordFuture:
-    b = ProducerBatch(topic, partition, 0.0, 0, [(None, None, None, -1)])
-    b.done = True
-    b.error = error
-    return RecordFuture(loop, b, 0)
 
 
 class AsyncProducer:
@@ -448,7 +318,7 @@ class AsyncProducer:
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"the record is {size + BATCH_OVERHEAD} bytes when serialized, more than {limit}",
             )
-            return _failed(self._loop, topic, partition, err)  # type: ignore[arg-type]
+            return failed_future(self._loop, topic, partition, err)  # type: ignore[arg-type]
         rec = (kb, vb, hdrs, timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000)
         if deadline and self._closing:  # closed while this send waited
             self._check_usable()
@@ -889,19 +759,8 @@ class AsyncProducer:
         elif outcome == Outcome.SPLIT:
             self.stats.splits += 1
 
-    def _finished(self, b: ProducerBatch | None) -> None:
-        """Wake whoever waits on ``b`` (and on the batch it was split from, once all its parts are done)."""
-        loop = self._loop
-        while b is not None and b.done:
-            listeners = b.listeners
-            if listeners:
-                b.listeners = None
-                for item in listeners:
-                    if type(item) is _Callback:
-                        loop.call_soon(item.fn, item.owner, context=item.context)  # type: ignore[union-attr]
-                    elif not item.done():
-                        item.set_result(None)
-            b = b.parent
+    def _finished(self, b: ProducerBatch) -> None:
+        wake_listeners(self._loop, b)  # type: ignore[arg-type]
 
     # -- producer id -------------------------------------------------------------------
     async def _fetch_producer_id(self, timeout_ms: float | None = None) -> tuple[int, int]:

@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from client.errors import BrokerResponseError, ClientClosedError, ConfigError, KafkaTimeoutError
 from client.producer import AsyncProducer, RecordFuture, RecordMetadata
 from protocol.errors import ErrorCode
+from protocol.records import TimestampType
 from tests.test_broker_clients import QUIET, create_topic
 from tests.test_broker_idempotence import DroppingProxy, _free_port
 
@@ -154,6 +155,28 @@ async def test_unknown_topic_is_auto_created(shared_broker, topic_name) -> None:
         md = await p.send_and_wait(topic_name, b"first")
         assert (md.topic, md.offset) == (topic_name, 0)
         assert await p.partitions_for(topic_name) == list(range(len(await p.partitions_for(topic_name))))
+
+
+async def test_invalid_topic_name_fails_at_once(shared_broker) -> None:
+    async with AsyncProducer(bootstrap_servers=shared_broker.bootstrap, max_block_ms=20_000) as p:
+        t0 = time.monotonic()
+        with pytest.raises(BrokerResponseError) as info:
+            await p.send("no spaces allowed!", b"x")
+        assert info.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION and time.monotonic() - t0 < 10
+
+
+async def test_log_append_time_topics_report_the_broker_timestamp(shared_broker, topic_name) -> None:
+    bs = shared_broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bs, **QUIET})
+    config = {"message.timestamp.type": "LogAppendTime"}
+    for f in admin.create_topics([NewTopic(topic_name, 1, 1, config=config)]).values():
+        f.result(15)
+    before = int(time.time() * 1000)
+    async with AsyncProducer(bootstrap_servers=bs) as p:
+        md = await p.send_and_wait(topic_name, b"x", timestamp_ms=1000)
+    assert md.timestamp_type == TimestampType.LOG_APPEND_TIME and md.timestamp >= before - 1000
+    got = await asyncio.to_thread(consume, bs, topic_name, 1, 1)
+    assert got[0][0][4] == md.timestamp
 
 
 async def test_serializers_headers_and_explicit_partitions(shared_broker, topic_name) -> None:
