@@ -28,9 +28,19 @@ Shape:
   restarts at sequence 0 — other partitions move to the new epoch once their
   in-flight batches are done. At epoch 32767 a new producer id is needed
   instead (``need_producer_id``). DUPLICATE_SEQUENCE_NUMBER is a success.
-  One difference from Java, for simplicity: a bump waits until none of the
-  partition's batches is on the wire, so no response can come back for a
-  sequence that was rewritten meanwhile.
+* Three rules are stricter than Java's, each closing a hole the model-based
+  test found or that needs no proof: (1) a bump waits until none of the
+  partition's batches is on the wire, so no answer can come back for a
+  sequence rewritten meanwhile; (2) a partition pipelines only after the
+  broker acknowledged one batch of the epoch — a broker without state for a
+  producer accepts any sequence (KIP-360), so a second batch could otherwise
+  overtake a first one that failed; (3) while a retry is pending, no new
+  batch goes out, so every batch the broker may have stored unbeknown to us
+  stays within the five it remembers for duplicate detection. And an
+  OUT_OF_ORDER_SEQUENCE_NUMBER for a batch older than an acknowledged one of
+  the same epoch means it is stored (the broker appends an epoch's sequences
+  strictly in order): it completes, with an unknown offset, instead of being
+  retried until it times out as in Java.
 """
 
 from __future__ import annotations

@@ -241,14 +241,10 @@ class AsyncProducer:
             self._finished(b)
         self._closed = True
         tasks = [sender, self._md_task, self._pid_task, *self._connecting.values(), *self._topic_waits.values()]
-        tasks += list(self._drain_tasks.values())
+        tasks = [t for t in (*tasks, *self._drain_tasks.values()) if t is not None]
         for t in tasks:
-            if t is not None and not t.done():
-                t.cancel()
-        for t in tasks:
-            if t is not None:
-                with contextlib.suppress(BaseException):
-                    await t
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._core.close()
 
     def _check_usable(self) -> None:
