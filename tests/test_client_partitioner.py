@@ -5,6 +5,7 @@ for every key as confluent-kafka's Producer with ``murmur2_random`` / ``murmur2`
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -110,3 +111,19 @@ async def test_murmur2_partitioner_puts_null_keys_where_librdkafka_does(shared_b
     async with AsyncProducer(bootstrap_servers=shared_broker.bootstrap, partitioner="murmur2") as p:
         ours = [(await p.send_and_wait(topic_name, b"x", key=k)).partition for k in keys]
     assert ours == theirs
+
+
+async def test_null_keys_fill_batches_one_partition_at_a_time(shared_broker, topic_name) -> None:
+    create_topic(shared_broker.bootstrap, topic_name, 4)
+    async with AsyncProducer(bootstrap_servers=shared_broker.bootstrap, linger_ms=5) as p:
+        futs = [await p.send(topic_name, bytes(200)) for _ in range(3000)]
+        parts = [(await f).partition for f in futs]
+    runs = [1]
+    for a, b in itertools.pairwise(parts):
+        if a == b:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    assert len(set(parts)) >= 3  # spread over the topic ...
+    # ... in runs of at least a batch.size worth (16384 / 220 bytes per record)
+    assert min(runs[:-1]) >= 16384 // 220
