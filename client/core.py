@@ -388,8 +388,13 @@ class ClientCore:
                     log.debug("periodic metadata refresh failed: %s", e)
 
     # -- coordinators --------------------------------------------------------------
-    async def find_coordinator(self, key: str, key_type: int = CoordinatorType.GROUP) -> int:
-        """Node id of the coordinator for ``key`` (cached until invalidated)."""
+    async def find_coordinator(
+        self, key: str, key_type: int = CoordinatorType.GROUP, *, timeout_ms: float | None = None
+    ) -> int:
+        """Node id of the coordinator for ``key`` (cached until invalidated).
+
+        Retries within ``timeout_ms`` (default: ``default.api.timeout.ms``).
+        """
         cached = self._coordinators.get((key_type, key))
         if cached is not None:
             return cached
@@ -427,7 +432,7 @@ class ClientCore:
             self.metadata.add_broker(BrokerInfo(node_id, host, port))
             return node_id
 
-        node_id = await self.retry(once, what=f"FindCoordinator({key!r})")
+        node_id = await self.retry(once, timeout_ms=timeout_ms, what=f"FindCoordinator({key!r})")
         self._coordinators[(key_type, key)] = node_id
         return node_id
 
@@ -456,7 +461,9 @@ class ClientCore:
         """
 
         async def once() -> Any:
-            node = await self.find_coordinator(key, key_type)
+            # The lookup shares the call's deadline instead of starting its own.
+            left = max(deadline - self.now_ms(), 1.0)
+            node = await self.find_coordinator(key, key_type, timeout_ms=left)
             try:
                 kw: dict[str, Any] = {}
                 if max_version is not None:
@@ -473,6 +480,8 @@ class ClientCore:
                 raise BrokerResponseError(code)
             return resp
 
+        budget = self.config["default.api.timeout.ms"] if timeout_ms is None else timeout_ms
+        deadline = self.now_ms() + budget
         if not retry:
             return await once()
         return await self.retry(once, timeout_ms=timeout_ms, what=f"{which} to the coordinator of {key!r}")
