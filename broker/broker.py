@@ -30,6 +30,7 @@ from broker.group_configs import GroupConfigs
 from broker.handlers import handler_table
 from broker.handlers.api_versions import body as api_versions_body
 from broker.handlers.fetch import fetch_key
+from broker.log.writer import ThreadedWriter
 from broker.partition import Partition
 from broker.producer_ids import ProducerIdManager
 from broker.purgatory import Purgatory
@@ -54,6 +55,7 @@ class Broker:
         self.timer: AsyncTimer | None = None
         self.fetch_purgatory: Purgatory | None = None
         self.flusher = Flusher()
+        self.log_writer: ThreadedWriter | None = None  # large produce writes, off the event loop; at start
         self.fetch_sessions = FetchSessionCache(max_slots=config.get("max.incremental.fetch.session.cache.slots"))
         self.producer_ids: ProducerIdManager | None = None
         self.group_configs: Any = None  # share/consumer group configs: the share-group issue
@@ -83,6 +85,7 @@ class Broker:
         elif not fresh:
             log.info("previous run did not shut down cleanly: recovering logs")
         loop = asyncio.get_running_loop()
+        self.log_writer = ThreadedWriter(loop)
         self.timer = AsyncTimer(loop, self.clock.monotonic_ms)
         self.fetch_purgatory = Purgatory("Fetch", self.timer)
         self.topics = TopicManager(self.data_dir, self._open_partition)
@@ -139,6 +142,8 @@ class Broker:
             await server.close()
         if self.topics is not None:
             self.topics.close()
+        if self.log_writer is not None:
+            self.log_writer.close()
         if self.timer is not None:
             self.timer.close()
         (self.data_dir / CLEAN_SHUTDOWN).write_text("clean\n")

@@ -8,12 +8,21 @@ Kafka requires from Produce v3 — and checked against producer state
 (duplicates are acknowledged with their original offsets, gaps and stale
 epochs refused). Nothing reaches the log unless the whole request is good.
 
+Large appends are written on the broker's log writer thread
+(``broker.log.writer``): the offsets are assigned at once, and the
+``written`` future of the result settles when the bytes reached the OS
+(None) or the write failed (the error; the log is then offline). Records
+become visible to fetches only then. A duplicate of a batch still being
+written waits for that write too.
+
 Producer state is snapshotted at clean shutdown and rebuilt by replaying the
 log after the snapshot (or from the start) otherwise.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import mmap
 import os
@@ -38,6 +47,10 @@ SNAPSHOT_FILE = "producer-state.snapshot"
 # segment: the response then points at the page cache and the transport
 # sends from it, instead of pread copying the bytes into a new buffer first.
 MMAP_READ_BYTES = 256 * 1024
+# Appends this large go to the log writer thread; smaller ones are written
+# inline (a thread hop would cost more than the copy), unless writes are in
+# flight already: then they queue behind them to keep the order.
+ASYNC_APPEND_BYTES = 64 * 1024
 
 
 def _mapped(region: Any) -> memoryview | None:
@@ -81,6 +94,9 @@ class AppendResult:
     end_offset: int  # next offset after what this request wrote (or duplicated)
     log_append_time: int
     appended: bool  # False for an acknowledged duplicate
+    # Set while the bytes are still being written: resolves to None once they
+    # reached the OS (and fetches were woken), or to the error that took the log offline.
+    written: asyncio.Future | None = None
 
 
 @dataclass(slots=True)
@@ -109,6 +125,7 @@ class Partition:
         plog = PartitionLog.open(path, log_config(topic.configs, broker.config), broker.clock.now_ms, clean)
         # Everything written since the last clean shutdown is re-validated after a crash.
         plog.checkpoint_on_flush = False
+        plog.writer = broker.log_writer
         report = plog.recovery
         if report is not None and not clean:
             log.info("%s-%d: %s", topic.name, index, report.summary())
@@ -157,7 +174,11 @@ class Partition:
             header.is_transactional,
         )
         if isinstance(check, Duplicate):
-            return AppendResult(check.first_offset, check.last_offset + 1, -1, False)
+            written = None
+            if check.last_offset >= self.log.log_end_offset:  # the original is still being written
+                written = asyncio.get_running_loop().create_future()
+                self.log.when_written(check.last_offset + 1, lambda error: _settle(written, error))
+            return AppendResult(check.first_offset, check.last_offset + 1, -1, False, written)
         if isinstance(check, Reject):
             raise KafkaErrorResponse(check.error, check.message)
         assert check is APPEND
@@ -165,8 +186,14 @@ class Partition:
         producer_epoch, base_seq, last_seq = header.producer_epoch, header.base_sequence, header.last_sequence
         transactional = header.is_transactional
         set_partition_leader_epoch(view, LEADER_EPOCH)
+        plog = self.log
+        written = None
         try:
-            info = self.log.append(view, now_ms=now_ms)
+            if plog.writer is not None and (len(view) >= ASYNC_APPEND_BYTES or plog.writes_in_flight):
+                written = asyncio.get_running_loop().create_future()
+                info = plog.append_async(view, lambda error: self._written(written, error), now_ms=now_ms)
+            else:
+                info = plog.append(view, now_ms=now_ms)
         except LogError as e:
             raise KafkaErrorResponse(e.error_code, str(e)) from None
         if producer_id >= 0:
@@ -181,7 +208,14 @@ class Partition:
                 info.last_offset,
                 stamp,
             )
-        return AppendResult(info.first_offset, info.last_offset + 1, info.log_append_time, True)
+        return AppendResult(info.first_offset, info.last_offset + 1, info.log_append_time, True, written)
+
+    def _written(self, written: asyncio.Future, error: BaseException | None) -> None:
+        if error is None:
+            self.broker.on_append(self)
+        else:
+            log.error("%s-%d: write failed, partition offline until restart: %s", self.topic.name, self.index, error)
+        _settle(written, error)
 
     def _validate(self, h: BatchHeader, now_ms: int) -> None:
         if h.magic != 2:
@@ -265,7 +299,14 @@ class Partition:
 
     def close(self) -> None:
         path = self.log.path
+        self.log.drain()  # the snapshot must not run ahead of the log
         try:
+            if self.log.failed is not None:
+                # Producer state counted appends that never reached the file:
+                # drop any snapshot so the next start rebuilds it from the log.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(path, SNAPSHOT_FILE))
+                raise OSError(f"log offline: {self.log.failed}")
             data = self.producers.snapshot(self.log.log_end_offset)
             tmp = os.path.join(path, SNAPSHOT_FILE + ".tmp")
             with open(tmp, "wb") as f:
@@ -279,6 +320,11 @@ class Partition:
 
     def delete(self) -> None:
         self.log.delete()
+
+
+def _settle(written: asyncio.Future, error: BaseException | None) -> None:
+    if not written.done():
+        written.set_result(error)
 
 
 def _restore_producers(plog: PartitionLog, expiration_ms: int, path: Any) -> ProducerStateManager:

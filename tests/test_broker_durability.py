@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from protocol.records import build_batch
@@ -29,12 +31,22 @@ def consume_all(bootstrap: str, topic: str, partitions: int, idle_s: float = 2.0
     return got
 
 
-def test_kill9_keeps_every_acknowledged_record(broker_factory, topic_name) -> None:
+@pytest.mark.parametrize(
+    ("value_bytes", "acks"),
+    [
+        (0, "all"),  # small batches: written inline
+        (20_000, "all"),  # ~1 MiB batches: written on the log writer thread, acks after write + fsync
+        (20_000, "1"),  # the same, acked once written: the page cache outlives the process
+    ],
+)
+def test_kill9_keeps_every_acknowledged_record(broker_factory, topic_name, value_bytes, acks) -> None:
     b = broker_factory()
     b.start()
     create_topic(b.bootstrap, topic_name, 2)
     acked: set[bytes] = set()
     lock = threading.Lock()
+    pad = os.urandom(value_bytes)
+    idempotent = acks == "all"
 
     def on_delivery(err, msg) -> None:
         if err is None:
@@ -44,9 +56,10 @@ def test_kill9_keeps_every_acknowledged_record(broker_factory, topic_name) -> No
     p = Producer(
         {
             "bootstrap.servers": b.bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 2,
+            "acks": acks,
+            "enable.idempotence": idempotent,
+            "linger.ms": 2 if not value_bytes else 20,
+            "batch.size": 1 << 20,
             "message.timeout.ms": 120000,
             **QUIET,
         }
@@ -54,14 +67,14 @@ def test_kill9_keeps_every_acknowledged_record(broker_factory, topic_name) -> No
     i = 0
     deadline = time.monotonic() + 30
     while len(acked) < 400 and time.monotonic() < deadline:
-        p.produce(topic_name, value=b"v%06d" % i, partition=i % 2, on_delivery=on_delivery)
+        p.produce(topic_name, value=b"v%06d" % i + pad, partition=i % 2, on_delivery=on_delivery)
         i += 1
         p.poll(0)
         if i % 50 == 0:
             p.poll(0.01)
     # keep producing while the broker is killed
     for _ in range(200):
-        p.produce(topic_name, value=b"v%06d" % i, partition=i % 2, on_delivery=on_delivery)
+        p.produce(topic_name, value=b"v%06d" % i + pad, partition=i % 2, on_delivery=on_delivery)
         i += 1
     p.poll(0)
     b.kill()
@@ -69,15 +82,17 @@ def test_kill9_keeps_every_acknowledged_record(broker_factory, topic_name) -> No
         acked_before_crash = set(acked)
     assert len(acked_before_crash) >= 400
     b.start()
-    assert p.flush(60) == 0  # the idempotent producer finishes against the restarted broker
+    assert p.flush(60) == 0  # the producer finishes against the restarted broker
     got = consume_all(b.bootstrap, topic_name, 2)
     values = []
     for part, recs in got.items():
         assert [o for o, _ in recs] == list(range(len(recs))), f"gap in partition {part}"
         values += [v for _, v in recs]
-    assert len(values) == len(set(values)), "duplicates after retries"
     assert acked_before_crash <= set(values)
-    assert set(values) == acked  # and every later acknowledgement too
+    assert acked <= set(values)  # and every later acknowledgement too
+    if idempotent:
+        assert len(values) == len(set(values)), "duplicates after retries"
+        assert set(values) == acked
     assert "recover" in b.log_text()
 
 
@@ -165,3 +180,36 @@ def test_clean_restart_keeps_data_and_topic_ids(broker_factory, topic_name) -> N
     assert before.cluster_id == after.cluster_id
     got = consume_all(b.bootstrap, topic_name, 2)
     assert got[1] == [(0, b"one"), (1, b"two")] and got[0] == []
+
+
+def test_a_failed_write_answers_storage_error_and_loses_nothing_acknowledged(broker_factory, topic_name) -> None:
+    """A disk that fills up under ~1 MiB batches (written on the log writer thread)."""
+    b = broker_factory()
+    b.start()
+    create_topic(b.bootstrap, topic_name, 1)
+    soft, hard = resource.prlimit(b.proc.pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(b.proc.pid, resource.RLIMIT_FSIZE, (3_500_000, hard))  # writes past this fail: EFBIG
+    codes, acked = [], []
+    with RawClient(b.port) as c:
+        for i in range(6):
+            value = bytes([i]) * 1_000_000
+            batch = build_batch([(None, value, [], int(time.time() * 1000))])
+            for acks in (1, -1):
+                pr = c.call("Produce", 9, acks=acks, timeout_ms=5000, topic_data=[_produce_topic(topic_name, 0, batch)])
+                pr = pr.responses[0].partition_responses[0]
+                codes.append(pr.error_code)
+                if pr.error_code == 0:
+                    acked.append(value)
+    assert codes[:3] == [0, 0, 0]
+    assert set(codes[3:]) == {56}  # KAFKA_STORAGE_ERROR, then the partition stays offline
+    assert "partition offline until restart" in b.log_text()
+    got = consume_all(b.bootstrap, topic_name, 1)
+    assert [v for _, v in got[0]] == acked
+    resource.prlimit(b.proc.pid, resource.RLIMIT_FSIZE, (soft, hard))
+    b.kill()
+    seg = _segment(b.data_dir, topic_name, 0)
+    assert seg.stat().st_size == 3 * (len(build_batch([(None, b"x" * 1_000_000, [], 0)])))  # no stray bytes
+    b.start()
+    got = consume_all(b.bootstrap, topic_name, 1)
+    assert [v for _, v in got[0]] == acked
+    assert produce_raw(b.port, topic_name, [b"after"]) == [3]

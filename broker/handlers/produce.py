@@ -1,14 +1,17 @@
 """Produce and InitProducerId.
 
-Appends are synchronous writes to the OS (the event loop never waits on the
-page cache); durability is separate: with acks=-1 the response waits for the
-group-commit fsync of every partition written (unless log.flush.interval.ms
-says otherwise), with acks=1 it is sent once the bytes reach the OS, with
-acks=0 nothing is sent at all — and, as in Kafka, an acks=0 request that hit
-an error closes the connection so the producer notices.
+Small appends are synchronous writes to the OS; large ones are copied into
+the page cache by the log writer thread while the loop reads the next
+request (``broker.log.writer``), and the handler waits for that write.
+Durability is separate: with acks=-1 the response waits for the group-commit
+fsync of every partition written (unless log.flush.interval.ms says
+otherwise), with acks=1 it is sent once the bytes reach the OS, with acks=0
+nothing is sent at all — and, as in Kafka, an acks=0 request that hit an
+error closes the connection so the producer notices. A write that fails on
+the writer thread answers KAFKA_STORAGE_ERROR for its partition.
 
-Every append wakes fetches (and, later, share fetches) waiting on the
-partition.
+Every append wakes fetches (and share fetches) waiting on the partition once
+its bytes are written.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def handle_produce(broker: Any, ctx: Any, req: Any) -> Any:
     version = ctx.api_version
     responses = []
     written: list[tuple[Any, int]] = []
+    pending: list[tuple[Any, asyncio.Future]] = []  # (partition response, write in flight)
     any_error = False
     for td in req.topic_data:
         if version >= 13:
@@ -76,22 +80,34 @@ def handle_produce(broker: Any, ctx: Any, req: Any) -> Any:
             pr.base_offset = result.base_offset
             pr.log_append_time_ms = result.log_append_time
             pr.log_start_offset = partition.log_start_offset
+            if result.written is not None:
+                pending.append((pr, result.written))
+            elif result.appended:
+                broker.on_append(partition)  # written already (an async write wakes fetches itself)
             if result.appended:
                 written.append((partition, result.end_offset))
-    for partition, _ in written:
-        broker.on_append(partition)
     body = cls(responses=responses, throttle_time_ms=0)
     if acks == 0:
         if any_error:
             ctx.connection.abort("acks=0 produce failed")
         return NO_RESPONSE
-    if acks == -1 and written and broker.config.fsync_acks_all:
-        return _after_flush(broker, written, body)
+    flush = acks == -1 and broker.config.fsync_acks_all
+    if pending or (flush and written):
+        return _after_write(broker, pending, written if flush else [], body)
     return body
 
 
-async def _after_flush(broker: Any, written: list[tuple[Any, int]], body: Any) -> Any:
-    await asyncio.gather(*(broker.flusher.flush(p.log, end) for p, end in written))
+async def _after_write(
+    broker: Any, pending: list[tuple[Any, asyncio.Future]], written: list[tuple[Any, int]], body: Any
+) -> Any:
+    """Answer once the writes in flight are done and, for acks=-1, fsynced."""
+    for pr, fut in pending:
+        error = await fut
+        if error is not None:
+            pr.error_code, pr.error_message, pr.base_offset = ErrorCode.KAFKA_STORAGE_ERROR, str(error), -1
+    durable = [(p, end) for p, end in written if p.log.failed is None]
+    if durable:
+        await asyncio.gather(*(broker.flusher.flush(p.log, end) for p, end in durable))
     return body
 
 

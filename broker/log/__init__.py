@@ -7,7 +7,7 @@ everything here is synchronous and meant to be called from the event loop,
 with fsync split out (``flush_target`` / ``mark_flushed``) for a worker thread.
 """
 
-from broker.log.partition_log import AppendInfo, FileRegion, LogConfig, PartitionLog, ReadResult
+from broker.log.partition_log import AppendInfo, FileRegion, LogConfig, LogWriter, PartitionLog, ReadResult
 from broker.log.recovery import RECOVERY_POINT_FILE, RecoveryReport, Truncation
 from broker.log.retention import RetentionDecision, SegmentStats, select_for_deletion
 from broker.log.segment import (
@@ -15,6 +15,7 @@ from broker.log.segment import (
     InvalidBatch,
     LogClosed,
     LogError,
+    LogFailed,
     LogSegment,
     OffsetOutOfRange,
     RecordBatchTooLarge,
@@ -30,7 +31,9 @@ __all__ = [
     "LogClosed",
     "LogConfig",
     "LogError",
+    "LogFailed",
     "LogSegment",
+    "LogWriter",
     "OffsetOutOfRange",
     "PartitionLog",
     "ReadResult",

@@ -35,8 +35,10 @@ import os
 import shutil
 import uuid
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from broker.log.cleaner import finish_interrupted_cleaning
 from broker.log.index import INT32_MAX
@@ -54,6 +56,7 @@ from broker.log.retention import SegmentStats, select_for_deletion
 from broker.log.segment import (
     InvalidBatch,
     LogClosed,
+    LogFailed,
     LogSegment,
     OffsetOutOfRange,
     RecordBatchTooLarge,
@@ -62,7 +65,7 @@ from broker.log.segment import (
 from protocol.exceptions import ProtocolError
 from protocol.records import BatchHeader, set_base_offset, set_log_append_time
 
-__all__ = ["AppendInfo", "FileRegion", "LogConfig", "PartitionLog", "ReadResult"]
+__all__ = ["AppendInfo", "FileRegion", "LogConfig", "LogWriter", "PartitionLog", "ReadResult"]
 
 LONG_MAX = 2**63 - 1
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
@@ -141,6 +144,30 @@ class AppendInfo:
     log_start_offset: int
 
 
+class LogWriter(Protocol):
+    """Writes log bytes elsewhere, in order (``broker.log.writer.ThreadedWriter``)."""
+
+    def channel(self) -> object: ...
+
+    def submit(
+        self, channel: object, fd: int, data: memoryview, start: int, done: Callable[[BaseException | None], None]
+    ) -> None: ...
+
+    def wait(self, channel: object) -> None: ...
+
+
+@dataclass(slots=True)
+class _Append:
+    """An append between ``_prepare`` and its bytes being in the segment."""
+
+    segment: LogSegment
+    data: memoryview
+    batches: list[tuple[int, int, int, int]]  # (position in data, base offset, size, max timestamp)
+    now: int
+    info: AppendInfo
+    callbacks: list[Callable[[BaseException | None], None]]
+
+
 class PartitionLog(LogReads):
     """Segments of one partition, oldest first; the last one takes appends.
 
@@ -151,8 +178,13 @@ class PartitionLog(LogReads):
 
     __slots__ = (
         "_bases",
+        "_channel",
         "_closed",
         "_dir_dirty",
+        "_failed",
+        "_inflight",
+        "_inflight_batches",
+        "_inflight_bytes",
         "_last_flush_ms",
         "_pending",
         "_recovery_point",
@@ -166,6 +198,7 @@ class PartitionLog(LogReads):
         "config",
         "path",
         "recovery",
+        "writer",
     )
 
     def __init__(self, path: str, config: LogConfig, clock: Clock) -> None:
@@ -190,6 +223,13 @@ class PartitionLog(LogReads):
         self._last_flush_ms = 0
         self._closed = False
         self.recovery = RecoveryReport(clean_shutdown=True)
+        # Writes in flight on a writer thread (append_async), oldest first.
+        self.writer: LogWriter | None = None
+        self._channel: object = None
+        self._inflight: deque[_Append] = deque()
+        self._inflight_bytes = 0
+        self._inflight_batches = 0
+        self._failed: BaseException | None = None  # a write failed: the log takes no more appends
 
     def __repr__(self) -> str:
         return (
@@ -302,11 +342,102 @@ class PartitionLog(LogReads):
         copied once).  Without, their offsets must not go below the log end.
         LogAppendTime topics get ``now_ms`` stamped into every batch.
         Raises InvalidBatch, RecordTooLarge or RecordBatchTooLarge, leaving
-        the log unchanged.
+        the log unchanged.  Waits for writes in flight first (append_async).
         """
+        self._check_writable()
+        self.drain()
+        self._check_writable()
+        job = self._prepare(batches, assign_offsets, self.clock() if now_ms is None else now_ms)
+        job.segment.append(job.data, job.batches, job.info.last_offset, job.now)
+        self._size += job.info.bytes
+        return job.info
+
+    def append_async(
+        self,
+        batches: bytes | bytearray | memoryview,
+        on_written: Callable[[BaseException | None], None],
+        *,
+        now_ms: int | None = None,
+    ) -> AppendInfo:
+        """``append`` with the write handed to ``self.writer`` (a thread).
+
+        Offsets are assigned (in the buffer, which must then stay untouched)
+        and returned at once; the bytes become part of the log — readable,
+        counted in ``log_end_offset``, covered by ``flush_target`` — only
+        once written, in order, when ``on_written(None)`` is called on this
+        log's thread.  If a write fails the log goes offline: that append
+        and every later one in flight get ``on_written(error)``, the file is
+        cut back to its last good batch, and further appends raise LogFailed
+        until the log is reopened (recovery then starts from what is on disk).
+        """
+        self._check_writable()
+        writer = self.writer
+        if writer is None:
+            raise RuntimeError("append_async needs a writer")
+        if self._channel is None:
+            self._channel = writer.channel()
+        job = self._prepare(batches, True, self.clock() if now_ms is None else now_ms)
+        job.callbacks.append(on_written)
+        start = job.segment.size + self._inflight_bytes
+        self._inflight.append(job)
+        self._inflight_bytes += job.info.bytes
+        self._inflight_batches += len(job.batches)
+        writer.submit(self._channel, job.segment.fd, job.data, start, lambda error: self._written(job, error))
+        return job.info
+
+    def when_written(self, end_offset: int, callback: Callable[[BaseException | None], None]) -> None:
+        """Call ``callback`` once every offset below ``end_offset`` is written (now, if it is)."""
+        for job in self._inflight:
+            if job.info.last_offset + 1 >= end_offset:
+                job.callbacks.append(callback)
+                return
+        callback(self._failed if end_offset > self.log_end_offset else None)
+
+    @property
+    def writes_in_flight(self) -> int:
+        return len(self._inflight)
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The write error that took the log offline, if any."""
+        return self._failed
+
+    def drain(self) -> None:
+        """Block until every write in flight is done and taken into the log."""
+        if self._inflight:
+            assert self.writer is not None
+            self.writer.wait(self._channel)
+            assert not self._inflight, "a writer's wait returned with writes of this log in flight"
+
+    def _written(self, job: _Append, error: BaseException | None) -> None:
+        # The writer delivers completions in submission order, on this log's thread.
+        assert self._inflight and self._inflight[0] is job, "log writes completed out of order"
+        self._inflight.popleft()
+        self._inflight_bytes -= job.info.bytes
+        self._inflight_batches -= len(job.batches)
+        if error is None and self._failed is None and not self._closed:
+            job.segment.commit(job.batches, job.info.bytes, job.info.last_offset, job.now)
+            self._size += job.info.bytes
+        else:
+            if self._failed is None:
+                self._failed = error if error is not None else LogFailed(f"log {self.path} is closed")
+            error = self._failed
+        for callback in job.callbacks:
+            callback(error)
+
+    def _check_writable(self) -> None:
         self._check_open()
+        if self._failed is not None:
+            raise LogFailed(f"log {self.path} is offline after a failed write: {self._failed}")
+
+    @property
+    def _next_offset(self) -> int:
+        """The offset the next append gets (past the writes in flight)."""
+        return self._inflight[-1].info.last_offset + 1 if self._inflight else self._segments[-1].next_offset
+
+    def _prepare(self, batches: bytes | bytearray | memoryview, assign_offsets: bool, now: int) -> _Append:
+        """Check the batches, assign their offsets, roll if due: everything but the write."""
         cfg = self.config
-        now = self.clock() if now_ms is None else now_ms
         view = memoryview(batches)
         if view.format != "B" or view.ndim != 1:
             view = view.cast("B")
@@ -318,7 +449,7 @@ class PartitionLog(LogReads):
         log_append = cfg.log_append_time
         if view.readonly and (assign_offsets or log_append):
             view = memoryview(bytearray(view))
-        next_offset = self.log_end_offset
+        next_offset = self._next_offset
         infos: list[tuple[int, int, int, int]] = []
         max_ts, offset_of_max, records = -1, -1, 0
         pos = 0
@@ -350,13 +481,14 @@ class PartitionLog(LogReads):
             raise InvalidBatch(f"not a run of record batches: {exc}") from None
         first_offset, last_offset = infos[0][1], next_offset - 1
         seg = self._segments[-1]
+        if self._inflight and self._may_roll(seg, total, len(infos), last_offset, now):
+            self.drain()  # a roll seals the segment: its writes must be in first
+            self._check_writable()
         if self._roll_reason(seg, total, last_offset, now) is not None:
             seg = self._roll(first_offset, now)
         if last_offset - seg.base_offset > INT32_MAX:
             raise InvalidBatch(f"offsets {first_offset}..{last_offset} span more than one segment can index")
-        seg.append(view, infos, last_offset, now)
-        self._size += total
-        return AppendInfo(
+        info = AppendInfo(
             first_offset=first_offset,
             last_offset=last_offset,
             max_timestamp=max_ts,
@@ -365,6 +497,19 @@ class PartitionLog(LogReads):
             num_records=records,
             bytes=total,
             log_start_offset=self.log_start_offset,
+        )
+        return _Append(seg, view, infos, now, info, [])
+
+    def _may_roll(self, seg: LogSegment, size: int, batches: int, last_offset: int, now: int) -> bool:
+        """Whether ``_roll_reason`` could say roll once the writes in flight are in (errs towards yes)."""
+        roll_base = seg.roll_base_ms if seg.roll_base_ms is not None else self._inflight[0].now
+        grows = self._inflight_batches + batches
+        return (
+            seg.size + self._inflight_bytes + size > self.config.segment_bytes
+            or now - roll_base > self.config.segment_ms
+            or last_offset - seg.base_offset > INT32_MAX
+            or len(seg.offset_index) + grows >= seg.offset_index.max_entries
+            or len(seg.time_index) + grows >= seg.time_index.max_entries
         )
 
     def _roll_reason(self, seg: LogSegment, size: int, last_offset: int, now: int) -> str | None:
@@ -383,9 +528,11 @@ class PartitionLog(LogReads):
     def roll(self, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the log end (no-op when the active one is empty)."""
         self._check_open()
+        self.drain()
         return self._roll(self.log_end_offset, self.clock() if now_ms is None else now_ms)
 
     def _roll(self, base_offset: int, now: int) -> LogSegment:
+        assert not self._inflight, "rolling with writes in flight"
         old = self._segments[-1]
         if old.size == 0:
             if old.base_offset == base_offset:
@@ -484,7 +631,8 @@ class PartitionLog(LogReads):
         self._last_flush_ms = self.clock()
 
     def flush(self) -> None:
-        """fsync everything not yet durable, here and now (blocks)."""
+        """fsync everything appended, here and now (blocks; waits for writes in flight)."""
+        self.drain()
         fds, offset = self.flush_target()
         for fd in fds:
             os.fsync(fd)
@@ -572,6 +720,7 @@ class PartitionLog(LogReads):
         and a crash must not resurrect the removed batches).
         """
         self._check_open()
+        self.drain()
         if offset >= self.log_end_offset:
             return 0
         now = self.clock()
@@ -614,6 +763,7 @@ class PartitionLog(LogReads):
         if self._closed:
             return
         try:
+            self.drain()
             self._segments[-1].seal()
             for seg in self._segments:
                 if seg.index_dirty:
@@ -634,6 +784,7 @@ class PartitionLog(LogReads):
         crash midway leaves nothing that looks like a partition.
         """
         if not self._closed:
+            self.drain()  # never close a descriptor the writer thread still writes to
             self._close_files()
             self._closed = True
         doomed = f"{self.path}.{uuid.uuid4().hex}-delete"

@@ -52,6 +52,7 @@ __all__ = [
     "InvalidBatch",
     "LogClosed",
     "LogError",
+    "LogFailed",
     "LogSegment",
     "OffsetOutOfRange",
     "RecordBatchTooLarge",
@@ -60,6 +61,7 @@ __all__ = [
     "parse_segment_name",
     "pread_exact",
     "segment_file_name",
+    "write_all",
 ]
 
 LOG_SUFFIX = ".log"
@@ -117,6 +119,12 @@ class RecordBatchTooLarge(LogError):
     error_code = ErrorCode.RECORD_LIST_TOO_LARGE
 
 
+class LogFailed(LogError):
+    """A write to the log failed; it takes no more appends until reopened (Kafka: log dir offline)."""
+
+    error_code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
 class CorruptLog(LogError):
     """The file on disk does not hold what the in-memory state says."""
 
@@ -159,6 +167,25 @@ def pread_exact(fd: int, length: int, position: int) -> bytes:
         parts.append(more)
         got += len(more)
     return b"".join(parts)
+
+
+def write_all(fd: int, data: memoryview, start: int) -> None:
+    """Append ``data`` to the file (opened O_APPEND) whose size is ``start``.
+
+    All or nothing: on an error the file is cut back to ``start`` and the
+    error raised, so the file never holds bytes its segment does not know.
+    Safe to call from a worker thread (``os.write`` releases the GIL).
+    """
+    total = len(data)
+    written = 0
+    try:
+        while written < total:
+            written += os.write(fd, data[written:])
+    except BaseException:
+        if written:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+        raise
 
 
 def _read_file(path: str) -> bytes:
@@ -563,18 +590,16 @@ class LogSegment:
 
     def append(self, data: memoryview, batches: list[tuple[int, int, int, int]], last_offset: int, now_ms: int) -> None:
         """Write ``data`` and index its batches: ``(offset in data, base offset, size, max ts)``."""
-        fd = self.fd
+        write_all(self.fd, data, self.size)
+        self.commit(batches, len(data), last_offset, now_ms)
+
+    def commit(self, batches: list[tuple[int, int, int, int]], total: int, last_offset: int, now_ms: int) -> None:
+        """Take in ``total`` bytes now at the end of the file: index their batches, grow.
+
+        The second half of ``append``, for bytes written elsewhere (a writer
+        thread, ``broker.log.writer``): until this runs, reads do not see them.
+        """
         start = self.size
-        total = len(data)
-        written = 0
-        try:
-            while written < total:
-                written += os.write(fd, data[written:])
-        except BaseException:
-            if written:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, start)
-            raise
         for rel_pos, base, size, max_ts in batches:
             self._index_batch(start + rel_pos, base, size, max_ts)
         self.size = start + total

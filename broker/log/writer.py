@@ -1,0 +1,167 @@
+"""One background thread that writes log bytes to the page cache, in order.
+
+Why: a large produce costs the event loop three passes over its bytes —
+the socket receive, the CRC check, and ``os.write`` copying them into the
+page cache — and the last is the largest (a third or more of the broker's
+CPU on big batches).  ``os.write`` releases the GIL, so handing it to a
+thread lets the loop receive and check request N+1 on one core while
+request N is copied on the other.
+
+What it promises:
+
+* Order.  One thread, one FIFO queue: jobs are written in submission order,
+  so appends to a file land in the order their offsets were assigned, and
+  completions are delivered in that order too.
+* Completions on the owner's thread.  ``done(error)`` callbacks run on the
+  event loop (``call_soon_threadsafe``, coalesced), never on the writer
+  thread, so the log's bookkeeping stays single-threaded.
+* All or nothing per job, and a failed channel stays failed.  A job that
+  cannot be written whole is cut back (``write_all``) and its error recorded
+  on its channel; every later job of that channel is skipped with the same
+  error, so a file never gets bytes after a hole.
+* Bounded.  ``submit`` blocks the caller while more than ``max_inflight``
+  bytes are queued (acks=0 producers are otherwise unbounded).
+* ``wait(channel)`` blocks until every job of the channel is written and
+  has had its callback run: for the rare operations that need the file and
+  the bookkeeping to agree (roll, truncate, close, delete).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from broker.log.segment import write_all
+
+__all__ = ["ThreadedWriter", "WriteChannel"]
+
+log = logging.getLogger("shoal.log.writer")
+
+Done = Callable[[BaseException | None], None]
+DEFAULT_MAX_INFLIGHT = 64 * 1024 * 1024
+
+
+class WriteChannel:
+    """The jobs of one log: a failure domain and counts ``wait`` can wait on."""
+
+    __slots__ = ("error", "finished", "submitted")
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None  # set by the writer thread on the first failed job
+        # Each counter has one writing thread (no lock on the hot path): the owner's, the writer's.
+        self.submitted = 0
+        self.finished = 0
+
+
+class ThreadedWriter:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        write: Callable[[int, memoryview, int], None] = write_all,
+    ) -> None:
+        self._loop = loop
+        self.max_inflight = max_inflight
+        self._write = write  # (fd, data, start); tests inject failures here
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._done: deque[tuple[Done, BaseException | None]] = deque()
+        # Bytes in flight = submitted - written; each counter has a single writing thread.
+        self._submitted_bytes = 0
+        self._written_bytes = 0
+        self._cond = threading.Condition()  # only for the rare blocking waits
+        self._waiting = False
+        self._wake_scheduled = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="shoal-log-writer", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def channel() -> WriteChannel:
+        return WriteChannel()
+
+    @property
+    def inflight_bytes(self) -> int:
+        return self._submitted_bytes - self._written_bytes
+
+    def submit(self, channel: WriteChannel, fd: int, data: memoryview, start: int, done: Done) -> None:
+        """Queue ``data`` for appending to ``fd`` (whose size will then be ``start``).
+
+        ``data`` must stay unchanged until ``done`` runs.  Blocks while the
+        queue holds more than ``max_inflight`` bytes.
+        """
+        if self._closed:
+            raise RuntimeError("log writer is closed")
+        if self.inflight_bytes > self.max_inflight:
+            self._block_until(lambda: self.inflight_bytes <= self.max_inflight)
+        self._submitted_bytes += len(data)
+        channel.submitted += 1
+        self._jobs.put((channel, fd, data, start, done))
+
+    def wait(self, channel: WriteChannel) -> None:
+        """Block until every job of ``channel`` is written, then run due callbacks."""
+        if channel.finished != channel.submitted:
+            self._block_until(lambda: channel.finished == channel.submitted)
+        self._deliver()
+
+    def _block_until(self, ready: Callable[[], bool]) -> None:
+        with self._cond:
+            self._waiting = True
+            try:
+                while not ready():
+                    # The writer notifies when it sees _waiting; the timeout covers
+                    # a job that finished between its check and ours.
+                    self._cond.wait(0.005)
+            finally:
+                self._waiting = False
+
+    def close(self) -> None:
+        """Finish what is queued and stop the thread (callbacks still due run on the loop)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._jobs.put(None)
+        self._thread.join()
+        self._deliver()
+
+    # -- the writer thread -------------------------------------------------------
+    def _run(self) -> None:
+        jobs, cond = self._jobs, self._cond
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            channel, fd, data, start, done = job
+            error = channel.error
+            if error is None:
+                try:
+                    self._write(fd, data, start)
+                except Exception as e:  # noqa: BLE001 - handed to the log, which goes offline
+                    log.error("log write failed (fd %d at %d): %s", fd, start, e)
+                    error = channel.error = e
+            self._done.append((done, error))
+            self._written_bytes += len(data)
+            channel.finished += 1
+            if self._waiting:
+                with cond:
+                    cond.notify_all()
+            del job, data
+            if not self._wake_scheduled:
+                self._wake_scheduled = True
+                try:
+                    self._loop.call_soon_threadsafe(self._deliver)
+                except RuntimeError:  # the loop is closed: nobody is left to tell
+                    self._wake_scheduled = False
+
+    # -- the owner's thread ------------------------------------------------------
+    def _deliver(self) -> None:
+        self._wake_scheduled = False
+        done = self._done
+        while done:
+            callback, error = done.popleft()
+            callback(error)
