@@ -289,9 +289,11 @@ class ClientCore:
             except (KafkaClientError, KafkaErrorResponse) as e:
                 if not is_retriable(e):
                     raise
-                pause = backoff.next_ms()
-                if self.now_ms() + pause >= deadline:
+                remaining = deadline - self.now_ms()
+                if remaining <= 0:
                     raise KafkaTimeoutError(f"{what} did not succeed in time: last error {e}") from e
+                # The last pause is cut short so that one more attempt runs at the deadline.
+                pause = min(backoff.next_ms(), remaining)
                 log.debug("%s failed (%s); retrying in %.0f ms", what, e, pause)
                 if on_error is not None:
                     res = on_error(e)
