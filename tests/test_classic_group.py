@@ -13,7 +13,7 @@ import itertools
 
 import pytest
 
-from broker.groups.classic import ClassicGroup, GroupState, JoinParams, JoinResult, SyncResult
+from broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams, JoinResult, SyncResult
 from protocol.errors import ErrorCode
 
 PROTOCOLS = [("range", b"r-meta"), ("roundrobin", b"rr-meta")]
@@ -25,6 +25,8 @@ class Harness:
         self.now = 1_000
         self.g = ClassicGroup("g", self.now, initial_delay, max_size)
         self.answers: dict[int, object] = {}
+        self.auto_store = True  # leader assignments become durable at once unless a test holds them
+        self.writes: list[AssignmentWrite] = []
 
     def _drain(self) -> None:
         for token, result in self.g.take_outbox():
@@ -59,8 +61,18 @@ class Harness:
     def sync(self, member_id: str, generation: int, assignments=None, instance=None) -> int:
         token = next(_tokens)
         self.g.sync(member_id, instance, generation, "consumer", None, assignments or {}, token, self.now)
+        self.writes += self.g.take_assignment_writes()
+        if self.auto_store:
+            self.store()
         self._drain()
         return token
+
+    def store(self, error: int = ErrorCode.NONE) -> None:
+        """The caller's write of the held assignments settles (0 = durable)."""
+        writes, self.writes = self.writes, []
+        for w in writes:
+            self.g.assignment_stored(w, error, self.now)
+        self._drain()
 
     def tick(self, ms: int) -> None:
         self.now += ms
@@ -125,7 +137,6 @@ def test_followers_get_no_member_list_and_sync_distributes_assignment() -> None:
     # every member received its own assignment
     syncs = [r for r in h.answers.values() if isinstance(r, SyncResult)]
     assert sorted(r.assignment for r in syncs) == sorted(f"assign-{m}".encode() for m in ids)
-    assert h.g.dirty  # the leader's assignment must be persisted
 
 
 def test_sync_before_leader_waits_then_all_answered() -> None:
@@ -350,3 +361,120 @@ def test_protocol_selection_by_vote(n: int) -> None:
     h.complete_if_possible()
     assert h.g.protocol_name == "roundrobin"
     assert isinstance(next(iter(h.answers.values())), JoinResult)
+
+
+# -- the leader's assignment takes effect only once durable (Kafka's appendFuture) --------------
+
+
+def completing_group_of(n: int) -> tuple[Harness, list[str]]:
+    """n members in CompletingRebalance; the harness holds assignment writes."""
+    h = Harness()
+    ids = [h.join_new() for _ in range(n)]
+    h.complete_if_possible()
+    assert h.g.state == GroupState.COMPLETING_REBALANCE
+    h.auto_store = False
+    return h, ids
+
+
+def test_sync_held_until_assignment_is_durable() -> None:
+    h, ids = completing_group_of(3)
+    gen, leader = h.g.generation_id, h.g.leader_id
+    a, b = [m for m in ids if m != leader]
+    early = h.sync(a, gen)  # before the leader: held, as always
+    t_leader = h.sync(leader, gen, {m: f"as-{m}".encode() for m in (leader, a)})  # b missing: gets b""
+    assert len(h.writes) == 1 and h.writes[0].generation_id == gen
+    assert h.writes[0].assignments == {leader: f"as-{leader}".encode(), a: f"as-{a}".encode(), b: b""}
+    # Written but not durable: still CompletingRebalance, nobody answered, nothing installed.
+    assert h.g.state == GroupState.COMPLETING_REBALANCE
+    assert h.result(early) is None and h.result(t_leader) is None
+    assert all(m.assignment == b"" for m in h.g.members.values())
+    h.tick(5)
+    late = h.sync(b, gen)  # a follower between the leader's sync and the fsync: held too
+    assert h.result(late) is None
+    rejoin = h.join(member_id=a)  # a lost JoinGroup answer, same metadata: answered again, no rebalance
+    assert h.result(rejoin).generation_id == gen and h.g.state == GroupState.COMPLETING_REBALANCE
+    assert h.g.heartbeat(b, None, gen, h.now) == ErrorCode.NONE
+    h.store()
+    assert h.g.state == GroupState.STABLE
+    assert h.result(early).assignment == f"as-{a}".encode()
+    assert h.result(t_leader).assignment == f"as-{leader}".encode()
+    assert h.result(late).error == 0 and h.result(late).assignment == b""
+    assert h.g.members[a].assignment == f"as-{a}".encode()
+
+
+@pytest.mark.parametrize(
+    ("append_error", "answer"),
+    [
+        (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_COORDINATOR),
+        (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NOT_COORDINATOR),
+        (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.UNKNOWN_SERVER_ERROR),
+        (ErrorCode.NOT_COORDINATOR, ErrorCode.NOT_COORDINATOR),
+    ],
+)
+def test_failed_assignment_write_resets_and_prepares_rebalance(append_error: int, answer: int) -> None:
+    h, ids = completing_group_of(2)
+    gen, leader = h.g.generation_id, h.g.leader_id
+    follower = next(m for m in ids if m != leader)
+    t_follower = h.sync(follower, gen)
+    t_leader = h.sync(leader, gen, {leader: b"L", follower: b"F"})
+    h.store(append_error)
+    assert h.result(t_leader).error == answer and h.result(t_follower).error == answer
+    assert h.g.state == GroupState.PREPARING_REBALANCE and h.g.generation_id == gen
+    assert all(m.assignment == b"" for m in h.g.members.values())
+    # The members rejoin and a new generation completes as usual.
+    assert h.result(h.sync(follower, gen)).error == ErrorCode.REBALANCE_IN_PROGRESS
+    h.join(member_id=leader)
+    h.join(member_id=follower)
+    h.complete_if_possible()
+    assert h.g.state == GroupState.COMPLETING_REBALANCE and h.g.generation_id == gen + 1
+
+
+def test_write_outcome_ignored_after_the_group_moved_on() -> None:
+    h, ids = completing_group_of(2)
+    gen, leader = h.g.generation_id, h.g.leader_id
+    follower = next(m for m in ids if m != leader)
+    t_leader = h.sync(leader, gen, {leader: b"L", follower: b"F"})
+    # A member changes its metadata while the write is in flight: a new rebalance starts and
+    # the held sync is told to rejoin.
+    h.join(member_id=follower, protocols=[("range", b"other")])
+    assert h.result(t_leader).error == ErrorCode.REBALANCE_IN_PROGRESS
+    assert h.g.state == GroupState.PREPARING_REBALANCE
+    h.store()  # the old generation's write completes late: no effect
+    assert h.g.state == GroupState.PREPARING_REBALANCE
+    assert all(m.assignment == b"" for m in h.g.members.values())
+    # The next generation reaches CompletingRebalance with its own write held...
+    h.join(member_id=leader)
+    h.complete_if_possible()
+    assert h.g.state == GroupState.COMPLETING_REBALANCE and h.g.generation_id == gen + 1
+    stale = AssignmentWrite(gen, {leader: b"L", follower: b"F"})
+    h.g.assignment_stored(stale, ErrorCode.NONE, h.now)  # ...and a stale generation's outcome is ignored
+    h.g.assignment_stored(stale, ErrorCode.KAFKA_STORAGE_ERROR, h.now)
+    assert h.g.state == GroupState.COMPLETING_REBALANCE and h.g.generation_id == gen + 1
+
+
+def test_duplicate_leader_sync_first_outcome_wins() -> None:
+    h, _ = completing_group_of(1)
+    gen, leader = h.g.generation_id, h.g.leader_id
+    h.sync(leader, gen, {leader: b"one"})
+    t2 = h.sync(leader, gen, {leader: b"two"})  # a retry while the first write is in flight
+    first, second = h.writes
+    h.writes = [first]
+    h.store()
+    assert h.g.state == GroupState.STABLE and h.result(t2).assignment == b"one"
+    h.writes = [second]
+    h.store(ErrorCode.KAFKA_STORAGE_ERROR)  # the group is Stable: a late failure changes nothing
+    assert h.g.state == GroupState.STABLE and h.g.members[leader].assignment == b"one"
+
+
+def test_sync_timeout_during_write_removes_silent_members() -> None:
+    h, ids = completing_group_of(2)
+    gen, leader = h.g.generation_id, h.g.leader_id
+    t_leader = h.sync(leader, gen, {m: b"x" for m in ids})
+    h.tick(30_000)
+    h.g.expire_sync(h.now)  # the follower never synced within the rebalance timeout
+    h._drain()
+    assert h.g.state == GroupState.PREPARING_REBALANCE and list(h.g.members) == [leader]
+    assert h.result(t_leader).error == ErrorCode.REBALANCE_IN_PROGRESS
+    h.store()
+    assert h.g.state == GroupState.PREPARING_REBALANCE

@@ -14,8 +14,17 @@ the request's own answer and those of other members it completed. Timers are
 deadlines the caller watches (`join_deadline_ms`, each member's
 `heartbeat_deadline_ms`, `sync_deadline_ms`) and reports back with
 `complete_join`, `expire_member` and `expire_sync`. `dirty` tells the caller
-to persist the group (a GroupMetadata record) — after a leader's sync and
-when the group becomes Empty.
+to persist the group (a GroupMetadata record), e.g. when it becomes Empty.
+
+The leader's assignment is different: as in Kafka, it takes effect only once
+it is durable. The leader's SyncGroup leaves the group in CompletingRebalance
+and hands the caller an `AssignmentWrite` (`take_assignment_writes()`); every
+SyncGroup meanwhile is held. The caller persists it and reports the outcome
+with `assignment_stored(write, error, now)`: on success (and if the group is
+still completing that generation) the assignment is installed, the group goes
+Stable and every held SyncGroup is answered; on failure the assignments are
+reset, held SyncGroups get the error and the group prepares a new rebalance.
+So no member is ever told an assignment a crash could lose.
 """
 
 from __future__ import annotations
@@ -53,6 +62,25 @@ class SyncResult:
     protocol_type: str | None = None
     protocol_name: str | None = None
     assignment: bytes = b""
+
+
+@dataclass(slots=True)
+class AssignmentWrite:
+    """The leader's assignment for one generation, to persist before it takes effect."""
+
+    generation_id: int
+    assignments: dict[str, bytes]  # every member of that generation (missing ones get b"")
+
+
+def append_error_to_response(code: int) -> int:
+    """The SyncGroup error for a failed write of the group's metadata (Kafka's mapping)."""
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return code
 
 
 @dataclass(slots=True)
@@ -119,10 +147,16 @@ class ClassicGroup:
         self.state_timestamp = now_ms
         self.dirty = False
         self._outbox: list[tuple[Any, Any]] = []
+        self._writes: list[AssignmentWrite] = []
 
     # -- helpers ---------------------------------------------------------------
     def take_outbox(self) -> list[tuple[Any, Any]]:
         out, self._outbox = self._outbox, []
+        return out
+
+    def take_assignment_writes(self) -> list[AssignmentWrite]:
+        """Assignments the caller must persist, then report with `assignment_stored`."""
+        out, self._writes = self._writes, []
         return out
 
     def _transition(self, state: GroupState, now_ms: int) -> None:
@@ -409,20 +443,36 @@ class ClassicGroup:
             member.sync_token = token
             self.pending_sync.discard(member_id)
             if member_id == self.leader_id:
-                for m in self.members.values():
-                    m.assignment = bytes(assignments.get(m.member_id, b""))
-                self.dirty = True
-                self._transition(GroupState.STABLE, now_ms)
-                self.pending_sync.clear()
-                self.sync_deadline_ms = None
-                for m in self.members.values():
-                    self._answer_sync(
-                        m, SyncResult(ErrorCode.NONE, self.protocol_type, self.protocol_name, m.assignment)
-                    )
+                # Stay in CompletingRebalance (syncs keep being held) until the write is durable.
+                full = {mid: bytes(assignments.get(mid, b"")) for mid in self.members}
+                self._writes.append(AssignmentWrite(self.generation_id, full))
         else:  # Stable: a retry of a sync whose answer was lost
             self._outbox.append(
                 (token, SyncResult(ErrorCode.NONE, self.protocol_type, self.protocol_name, member.assignment))
             )
+
+    def assignment_stored(self, write: AssignmentWrite, error: int, now_ms: int) -> None:
+        """The outcome of persisting `write` (error 0 = durable, else the append's error code).
+
+        Ignored unless the group is still completing the same generation: a
+        join, leave or expiry meanwhile already started another rebalance.
+        """
+        if self.state != GroupState.COMPLETING_REBALANCE or write.generation_id != self.generation_id:
+            return
+        if error != ErrorCode.NONE:
+            error = append_error_to_response(error)
+            for m in self.members.values():
+                m.assignment = b""
+                self._answer_sync(m, SyncResult(error))
+            self._prepare_rebalance(now_ms)
+            return
+        for m in self.members.values():
+            m.assignment = write.assignments.get(m.member_id, b"")
+        self._transition(GroupState.STABLE, now_ms)
+        self.pending_sync.clear()
+        self.sync_deadline_ms = None
+        for m in self.members.values():
+            self._answer_sync(m, SyncResult(ErrorCode.NONE, self.protocol_type, self.protocol_name, m.assignment))
 
     def _validate_member(self, member: Member | None, instance_id: str | None, generation_id: int) -> int | None:
         if self.state == GroupState.DEAD:

@@ -3,8 +3,10 @@
 It turns requests into calls on `ClassicGroup` / `GroupShard`, answers them
 through futures (the tokens the groups hand back in their outbox), persists
 what the groups mark dirty through the coordinator runtime before releasing
-answers that depend on it, and drives the groups' deadlines with delayed
-operations in the purgatory, as Kafka does:
+answers that depend on it, writes a leader's assignment and reports the
+write's outcome back to the group (which holds every SyncGroup until then),
+and drives the groups' deadlines with delayed operations in the purgatory,
+as Kafka does:
 
 * DelayedJoin (watched under ("join", group)) completes when every member
   rejoined — checked whenever a join or leave arrives — or when the
@@ -22,7 +24,7 @@ import logging
 from typing import Any
 
 from broker.coordinator.runtime import CoordinatorRuntime, Record
-from broker.groups.classic import ClassicGroup, GroupState, JoinParams
+from broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams
 from broker.groups.shard import GroupMetadataKey, GroupSettings, GroupShard
 from broker.purgatory import DelayedOperation, Purgatory
 from broker.share.group_service import ShareGroupService
@@ -182,6 +184,8 @@ class GroupCoordinator:
                 len(group.members),
             )
         outbox = group.take_outbox()
+        for write in group.take_assignment_writes():
+            self._store_assignment(p, shard, group, write)
         if group.dirty:
             group.dirty = False
             fut = self.runtime.append(p, [shard.group_record(group)])
@@ -193,6 +197,25 @@ class GroupCoordinator:
             self.purgatory.check_and_complete(("join", group.group_id))
         if group.state == GroupState.DEAD or (group.state == GroupState.EMPTY and not group.members):
             self._forget_group_timers(group.group_id)
+
+    def _store_assignment(self, p: int, shard: GroupShard, group: ClassicGroup, write: AssignmentWrite) -> None:
+        """Persist a leader's assignment; the group learns the outcome once the write settled."""
+        try:
+            fut = self.runtime.append(p, [shard.group_record(group, write.assignments)])
+        except Exception as e:  # noqa: BLE001 - e.g. the log refused the append: the sync fails
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(e)
+        fut.add_done_callback(lambda f: self._assignment_stored(p, group, write, f))
+
+    def _assignment_stored(self, p: int, group: ClassicGroup, write: AssignmentWrite, fut: asyncio.Future) -> None:
+        exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
+        if exc is not None:
+            log.error("group %s: persisting the assignment failed: %r", group.group_id, exc)
+        group.assignment_stored(write, _append_error_code(exc), self.now())
+        if p in self.runtime.shards:
+            self.after(p, group)
+        else:
+            self._deliver(group.take_outbox())
 
     def _deliver(self, outbox: list[tuple[Any, Any]]) -> None:
         for token, result in outbox:
@@ -452,6 +475,17 @@ class GroupCoordinator:
                 records += shard.delete_offsets_records(gid, [tp for tp in offsets if tp[0] == name])
             if records:
                 self.runtime.append(p, records)
+
+
+def _append_error_code(exc: BaseException | None) -> int:
+    """The Kafka error of a failed coordinator append (a disk error is KAFKA_STORAGE_ERROR)."""
+    if exc is None:
+        return ErrorCode.NONE
+    if isinstance(exc, KafkaErrorResponse):
+        return exc.code
+    if isinstance(exc, OSError):
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    return ErrorCode.NOT_COORDINATOR  # the coordinator is shutting down (flusher closed, task cancelled)
 
 
 def _subscribed_topics(group: ClassicGroup) -> set[str]:

@@ -126,8 +126,12 @@ class GroupShard:
             g = self.groups[gid] = self._new_group(gid)
         return g
 
-    def group_record(self, group: ClassicGroup) -> Record:
-        """The GroupMetadata image of a group (tombstone when Dead)."""
+    def group_record(self, group: ClassicGroup, assignments: dict[str, bytes] | None = None) -> Record:
+        """The GroupMetadata image of a group (tombstone when Dead).
+
+        `assignments` (member id -> bytes) replaces the members' current ones:
+        a leader's assignment is written before the group installs it.
+        """
         key = GroupMetadataKey(group=group.group_id)
         if group.state == GroupState.DEAD:
             return Record("GroupMetadata", key, None)
@@ -146,7 +150,7 @@ class GroupShard:
                     rebalance_timeout=m.rebalance_timeout_ms,
                     session_timeout=m.session_timeout_ms,
                     subscription=m.metadata(group.protocol_name) if group.protocol_name else b"",
-                    assignment=m.assignment,
+                    assignment=m.assignment if assignments is None else assignments.get(m.member_id, b""),
                 )
                 for m in group.members.values()
             ],
