@@ -262,10 +262,9 @@ def _apply_ops(current: Mapping[str, str], ops: Iterable[Any]) -> dict[str, str 
             new[op.name] = op.value
         elif code == OP_DELETE:
             new.pop(op.name, None)
-        elif code in _OP_NAMES:
+        elif code in _OP_NAMES:  # (Kafka's controller answers the same: no group config is a LIST)
             raise KafkaErrorResponse(
-                ErrorCode.INVALID_CONFIG,
-                f"{op.name}: {_OP_NAMES[code]} works only on LIST configs, and no group config is a list",
+                ErrorCode.INVALID_CONFIG, f"Can't {_OP_NAMES[code]} to key {op.name} because its type is not LIST."
             )
         else:
             raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, f"unknown config operation {code}")

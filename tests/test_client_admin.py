@@ -280,7 +280,7 @@ def raw_describe(port: int, rtype: int, name: str) -> dict:
 
 async def test_configs_describe_and_incremental_alter(broker, topic_name) -> None:
     async with AsyncAdmin(bootstrap_servers=broker.bootstrap) as admin:
-        # cleanup.policy is set explicitly: Shoal appends to the override only, Kafka to the default too.
+        # (APPEND to cleanup.policy without an override starts from its default: test_incremental_alter_configs.py)
         configs = {"retention.ms": "777000", "cleanup.policy": "delete"}
         raise_for_errors(await admin.create_topics([NewTopic(topic_name, 1, configs=configs)]))
         topic = ConfigResource.topic(topic_name)

@@ -3,8 +3,12 @@ DescribeConfigs, IncrementalAlterConfigs (TOPIC, BROKER and GROUP resources;
 group overrides live in ``broker.group_configs``).
 
 Validation happens before any change, so a rejected request leaves topics and
-their logs untouched. A single node means replication factor 1 (or -1 for
-the default) and replica assignments naming only this node.
+their logs untouched. IncrementalAlterConfigs follows Kafka's split: the
+broker's own checks first (duplicate keys, null values: INVALID_REQUEST), then
+the controller's rules (APPEND/SUBTRACT on LIST configs only, starting from the
+config's default when there is no override; bad values INVALID_CONFIG).
+A single node means replication factor 1 (or -1 for the default) and replica
+assignments naming only this node.
 """
 
 from __future__ import annotations
@@ -12,10 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from broker.config import (
+    TOPIC_CONFIGS,
+    ConfigDef,
     ConfigError,
+    ConfigType,
     describe_topic_configs,
     validate_topic_configs,
 )
+from broker.configdefs import render_value
 from broker.topics import validate_topic_name
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode, KafkaErrorResponse
@@ -234,28 +242,52 @@ def handle_describe_configs(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(throttle_time_ms=0, results=results)
 
 
-def apply_alter_ops(current: dict[str, str], ops: Any, list_keys: set[str]) -> dict[str, str]:
-    """The new override set after SET/DELETE/APPEND/SUBTRACT operations."""
+def _preprocess(res: Any) -> None:
+    """The checks Kafka's broker makes on every resource before anything else (INVALID_REQUEST)."""
+    names = [c.name for c in res.configs]
+    if len(set(names)) != len(names):
+        raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    nulls = [c.name for c in res.configs if c.config_operation != OP_DELETE and c.value is None]
+    if nulls:
+        raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
+
+
+def apply_alter_ops(current: dict[str, str], ops: Any, defs: ConfigDef) -> dict[str, str]:
+    """The new override set after SET/DELETE/APPEND/SUBTRACT operations.
+
+    As Kafka's controller: APPEND/SUBTRACT work on LIST configs only (else
+    INVALID_CONFIG) and start from the override, or, when there is none, from
+    the config's own default (a topic's cleanup.policy: "delete", whatever the
+    broker's log.cleanup.policy), so APPEND compact to a fresh topic gives
+    "delete,compact". APPEND skips values already present; SUBTRACT removes
+    them; the result is stored as an override even when it equals the default.
+    """
     new = dict(current)
     for op in ops:
-        if op.config_operation == OP_SET:
+        code = op.config_operation
+        if code == OP_SET:
             new[op.name] = op.value
-        elif op.config_operation == OP_DELETE:
+        elif code == OP_DELETE:
             new.pop(op.name, None)
-        elif op.config_operation in (OP_APPEND, OP_SUBTRACT):
-            if op.name not in list_keys:
+        elif code in (OP_APPEND, OP_SUBTRACT):
+            key = defs.keys.get(op.name)
+            if key is None or key.type is not ConfigType.LIST:
+                verb = "APPEND" if code == OP_APPEND else "SUBTRACT"
                 raise KafkaErrorResponse(
-                    ErrorCode.INVALID_CONFIG, f"{op.name}: APPEND/SUBTRACT apply only to list configs"
+                    ErrorCode.INVALID_CONFIG, f"Can't {verb} to key {op.name} because its type is not LIST."
                 )
-            items = [x for x in (new.get(op.name) or "").split(",") if x]
-            values = [x for x in (op.value or "").split(",") if x]
-            if op.config_operation == OP_APPEND:
-                items += [v for v in values if v not in items]
+            start = new.get(op.name)
+            if start is None:
+                start = render_value(key.default) if key.default is not None else ""
+            items = [x for x in start.split(",") if x]
+            values = [x for x in op.value.split(",") if x]
+            if code == OP_APPEND:
+                items += [v for v in dict.fromkeys(values) if v not in items]
             else:
                 items = [x for x in items if x not in values]
             new[op.name] = ",".join(items)
         else:
-            raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, f"unknown config operation {op.config_operation}")
+            raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, f"Unknown operations type {code}")
     return new
 
 
@@ -268,16 +300,14 @@ def handle_incremental_alter_configs(broker: Any, ctx: Any, req: Any) -> Any:
         )
         out.append(r)
         try:
-            names = [c.name for c in res.configs]
-            if len(set(names)) != len(names):
-                raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "duplicate config keys in one resource")
+            _preprocess(res)
             if res.resource_type == RESOURCE_TOPIC:
                 topic = broker.topics.get(res.resource_name)
                 if topic is None:
                     raise KafkaErrorResponse(
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {res.resource_name} does not exist."
                     )
-                new = apply_alter_ops(topic.configs, res.configs, {"cleanup.policy"})
+                new = apply_alter_ops(topic.configs, res.configs, TOPIC_CONFIGS)
                 try:
                     typed = validate_topic_configs(new, broker.config)
                 except ConfigError as e:
