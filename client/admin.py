@@ -633,7 +633,9 @@ class AsyncAdmin:
     ) -> dict[TopicPartition, BrokerResponseError | None]:
         """Move share-partition start offsets of an empty share group (AlterShareGroupOffsets).
 
-        A group with members raises NON_EMPTY_GROUP; partition errors are per partition.
+        A group with members raises NON_EMPTY_GROUP; partition errors are per partition. A group id
+        nobody uses yet becomes an empty share group starting at these offsets (Kafka 4.2 brokers and
+        Shoal; older Kafka brokers raise GROUP_ID_NOT_FOUND), so offsets can be seeded before first use.
         """
         deadline = self._deadline(timeout_ms)
         resp = await self._group_call(

@@ -10,7 +10,12 @@ partitions it initialized with the share coordinator's state of each:
   offset and the high watermark not yet in a final state (-1 when unknown).
 * Alter (group must be empty) re-initializes each partition's state at the
   requested start offset with a newer state epoch, so a partition leader
-  still holding the old state is fenced and reloads it.
+  still holding the old state is fenced and reloads it. As in Kafka 4.2
+  (KAFKA-19662) a group id nobody uses becomes an empty share group whose
+  offsets are seeded before its first member arrives (the group's records are
+  written as a heartbeat would write them); an id held by a classic group is
+  GROUP_ID_NOT_FOUND, an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION
+  per partition (and a group that got nothing is not created).
 * Delete (group must be empty) deletes the state of whole topics and forgets
   them, so the next member to subscribe starts from share.auto.offset.reset.
 """
@@ -18,11 +23,14 @@ partitions it initialized with the share coordinator's state of each:
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any
 
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode, KafkaErrorResponse
+
+log = logging.getLogger("shoal.share.groups")
 
 _HB = api_by_name("ShareGroupHeartbeat")
 _DESC = api_by_name("ShareGroupDescribe")
@@ -170,6 +178,18 @@ def _empty_group(broker: Any, gid: str) -> tuple[int, Any, Any]:
     return p, shard, g
 
 
+def _group_to_alter(broker: Any, gid: str) -> tuple[int, Any, Any, bool]:
+    """The share group whose offsets AlterShareGroupOffsets sets: existing and empty, or created now."""
+    if not gid:
+        raise KafkaErrorResponse(ErrorCode.INVALID_GROUP_ID, "The group id must not be empty.")
+    if broker.share_coordinator is None:
+        raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
+    p, shard, g, created = broker.groups.share.find_or_create(gid)
+    if g.members:
+        raise KafkaErrorResponse(ErrorCode.NON_EMPTY_GROUP, f"Share group {gid} is not empty.")
+    return p, shard, g, created
+
+
 async def _persist_if_current(broker: Any, p: int, shard: Any, g: Any) -> None:
     """Write what changed in `g`, unless the group was deleted meanwhile."""
     if shard.share_groups.get(g.group_id) is g:
@@ -182,7 +202,7 @@ async def handle_alter_share_group_offsets(broker: Any, ctx: Any, req: Any) -> A
     cls = _ASO.response_class()
     sc = broker.share_coordinator
     try:
-        p, shard, g = _empty_group(broker, req.group_id)
+        p, shard, g, created = _group_to_alter(broker, req.group_id)
     except KafkaErrorResponse as e:
         return cls(throttle_time_ms=0, error_code=e.code, error_message=e.detail)
     responses = []
@@ -216,7 +236,15 @@ async def handle_alter_share_group_offsets(broker: Any, ctx: Any, req: Any) -> A
             broker.share_partitions.forget(req.group_id, topic.topic_id, ok)
         if ok and shard.share_groups.get(req.group_id) is g:
             g.initialized_partitions(topic.topic_id, topic.name, ok)
-    await _persist_if_current(broker, p, shard, g)
+    if created and broker.groups.share.drop_if_unused(shard, g):
+        return cls(throttle_time_ms=0, error_code=0, error_message=None, responses=responses)
+    try:
+        await _persist_if_current(broker, p, shard, g)
+    except Exception as e:  # noqa: BLE001 - the group's records were not written: the admin must retry
+        log.error("share group %s: persisting altered offsets failed: %r", req.group_id, e)
+        return cls(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR, error_message=None, responses=[])
+    if created:
+        log.info("share group %s created by AlterShareGroupOffsets", req.group_id)
     return cls(throttle_time_ms=0, error_code=0, error_message=None, responses=responses)
 
 

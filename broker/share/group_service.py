@@ -137,6 +137,34 @@ class ShareGroupService:
             raise KafkaErrorResponse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
         return p, shard, g
 
+    def find_or_create(self, gid: str) -> tuple[int, Any, ShareGroup, bool]:
+        """The share group `gid`, created empty if no group has that id: (partition, shard, group, created).
+
+        For AlterShareGroupOffsets: as in Kafka 4.2 (KAFKA-19662) an admin may
+        seed a share group's offsets before its first member arrives. An id
+        held by a classic group stays GROUP_ID_NOT_FOUND. A created group is
+        only in memory until the caller persists it (or drops it with
+        `drop_if_unused` when nothing was seeded).
+        """
+        p, shard = self._route(gid)
+        g = shard.share_groups.get(gid)
+        if g is not None:
+            return p, shard, g, False
+        if gid in shard.groups:
+            raise KafkaErrorResponse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
+        g = shard.share_groups[gid] = ShareGroup(gid, self.now())
+        g.dirty = True  # its ShareGroupMetadata record is what makes it exist after a restart
+        return p, shard, g, True
+
+    def drop_if_unused(self, shard: Any, g: ShareGroup) -> bool:
+        """Forget a group `find_or_create` made if it still has nothing: no member, no record written."""
+        if shard.share_groups.get(g.group_id) is not g or g.members or shard.share_images.get(g.group_id):
+            return False
+        if g.initialized or g.initializing or g.deleting:
+            return False
+        del shard.share_groups[g.group_id]
+        return True
+
     def topic_view(self, names: Iterable[str]) -> dict[str, tuple[uuid.UUID, int]]:
         """Current metadata of the named topics that exist: name -> (topic id, partition count)."""
         out = {}
