@@ -20,6 +20,8 @@ _EXPORTS = {
     "AsyncProducer": "client.producer",
     "RecordMetadata": "client.producer",
     "AsyncConsumer": "client.consumer",
+    "ConsumerRebalanceListener": "client.consumer",
+    "OffsetAndMetadata": "client.consumer",
     "AsyncShareConsumer": "client.share_consumer",
     "AcknowledgeType": "client.share_consumer",
     "AsyncAdmin": "client.admin",
