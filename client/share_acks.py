@@ -162,6 +162,11 @@ class AckTracker:
         p = self._part(tp)
         if p.delivered or p.pending or p.owed or p.renewing:
             records, gaps = self._reacquired(p, records, gaps)
+        if p.buffer:
+            records = list(records)
+            again = {r.offset for r in records}
+            if any(r.offset in again for r in p.buffer):  # a newer acquisition replaces a stale copy
+                p.buffer = deque(r for r in p.buffer if r.offset not in again)
         p.buffer.extend(records)
         for o in gaps:
             p.pending[o] = GAP

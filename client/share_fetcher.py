@@ -463,9 +463,12 @@ class ShareFetcher:
 
     def _top_error(self, node: int, plan: Any, code: int, message: str | None) -> None:
         """A top-level error: nothing in the request was applied."""
-        session = self._session(node)
         final = isinstance(plan, AckRequestPlan) and plan.final
-        session.reset()
+        log.debug("share session on broker %s: error %s (%s); it is opened again", node, code, message)
+        if code == ErrorCode.SHARE_SESSION_NOT_FOUND:
+            self._session_lost(node)  # whatever removed it may have released our records there
+        else:
+            self._session(node).reset()
         err = BrokerResponseError(code, message)
         if code in SESSION_ERRORS and not final:
             self._requeue(node, plan.acks.values())

@@ -201,6 +201,13 @@ def test_offsets_acquired_again_while_held_are_not_handed_out_twice() -> None:
     assert t.take(TP).acks == {0: ACCEPT}
 
 
+def test_a_newer_acquisition_replaces_a_stale_buffered_copy() -> None:
+    t = tracker(offsets=[0, 1])
+    t.add_acquired(TP, [rec(1, count=2), rec(2)])
+    got = t.take_records(10)
+    assert [(r.offset, r.delivery_count) for r in got] == [(0, 1), (1, 2), (2, 1)]
+
+
 def test_release_buffered_and_drop_buffered() -> None:
     t = tracker(offsets=range(4))
     t.take_records(1)

@@ -7,6 +7,7 @@ timer, and working side by side with librdkafka's ShareConsumer in one group.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import Counter
@@ -50,6 +51,15 @@ def produce(bootstrap: str, topic: str, n: int, partition: int | None = None, st
 
 def consumer(broker, group: str, **cfg) -> AsyncShareConsumer:
     return AsyncShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group}, **cfg)
+
+
+def acknowledged_up_to(port: int, group: str) -> list[tuple[int, int]]:
+    """(start offset, lag) of each partition of the group, as the broker persisted them."""
+    DSO = api_by_name("DescribeShareGroupOffsets").request_class()
+    with RawClient(port) as c:
+        req = [DSO.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]
+        d = c.call("DescribeShareGroupOffsets", 1, groups=req).groups[0]
+    return sorted((p.start_offset, p.lag) for t in d.topics for p in t.partitions)
 
 
 async def poll_until(sc: AsyncShareConsumer, want: int, timeout: float = 20.0, ack=None) -> list:
@@ -107,6 +117,7 @@ async def test_four_consumers_on_one_partition_get_every_record_exactly_once(bro
     assert counts == {1: n}
     assert sum(1 for k in per_member.values() if k) >= 3, per_member  # the work was shared
     assert all(v is None for r in results for v in r.values())
+    assert acknowledged_up_to(broker.port, "g-four") == [(n, 0)]  # every record durably accepted
 
 
 async def test_release_comes_back_counted_twice_and_reject_never(broker) -> None:
@@ -328,6 +339,64 @@ async def test_max_poll_records_in_both_acquire_modes(broker) -> None:
         assert max(sizes) <= 7, (mode, sizes)
 
 
+def _share_fetch(c: RawClient, group: str, member: str, epoch: int) -> int:
+    """A ShareFetch naming no partitions for ``member`` from another connection; its error code."""
+    r = c.call(
+        "ShareFetch", 1, group_id=group, member_id=member, share_session_epoch=epoch, max_wait_ms=0, min_bytes=1,
+        max_bytes=1 << 20, max_records=10, batch_size=10, topics=[], forgotten_topics_data=[],
+    )  # fmt: skip
+    return r.error_code
+
+
+def _session_epoch(sc: AsyncShareConsumer) -> int:
+    (session,) = [s for s in sc._fetcher._sessions.values() if s.is_open]
+    return session.epoch
+
+
+@pytest.mark.parametrize("meddling", ["out-of-step", "closed"])
+async def test_share_session_errors_reopen_the_session(broker, caplog, meddling) -> None:
+    """Another connection reopens (INVALID_SHARE_SESSION_EPOCH next) or closes
+    (SHARE_SESSION_NOT_FOUND next) this member's share session: the consumer opens a new one and
+    carries on. Out of step, the member still holds its records, so its acknowledgements are sent
+    again and apply; closed, the broker released them, so they may fail (reported) and the
+    records come back -- every record is accepted in the end and nothing accepted comes back."""
+    caplog.set_level(logging.DEBUG, logger="shoal.client.share")
+    topic, group = f"cs-sess-{meddling}", f"g-sess-{meddling}"
+    setup(broker, topic, group)
+    produce(broker.bootstrap, topic, 20)
+    tp = TopicPartition(topic, 0)
+    accepted: Counter = Counter()
+    async with consumer(broker, group, share_acknowledgement_mode="explicit", max_poll_records=5) as sc:
+        sc.subscribe([topic])
+        first = await poll_until(sc, 5)
+        ours = _session_epoch(sc)
+        with RawClient(broker.port) as meddler:
+            if meddling == "out-of-step":
+                assert _share_fetch(meddler, group, sc.member_id, 0) == 0  # replaces the session: epoch 1 next
+                if ours == 1:
+                    assert _share_fetch(meddler, group, sc.member_id, 1) == 0
+            else:
+                assert _share_fetch(meddler, group, sc.member_id, -1) == 0  # closes it, releasing the records
+            for r in first:
+                sc.acknowledge(r)
+            result = await sc.commit_sync()
+            if meddling == "out-of-step":
+                assert result == {tp: None}
+            else:
+                assert result[tp] is None or result[tp].code == ErrorCode.INVALID_RECORD_STATE
+            if result[tp] is None:
+                accepted.update(r.offset for r in first)
+            deadline = time.monotonic() + 20
+            while len(accepted) < 20 and time.monotonic() < deadline:
+                got = await poll_until(sc, 1, timeout=1.0, ack=AcknowledgeType.ACCEPT)
+                if got:
+                    assert (await sc.commit_sync()) == {tp: None}
+                    accepted.update(r.offset for r in got)
+        assert await poll_until(sc, 1, timeout=1.0) == []
+    assert sorted(accepted) == list(range(20)) and set(accepted.values()) == {1}
+    assert any(r.getMessage().startswith("share session on broker") for r in caplog.records)
+
+
 def _members(port: int, group: str) -> int:
     with RawClient(port) as c:
         d = c.call("ShareGroupDescribe", 1, group_ids=[group], include_authorized_operations=False).groups[0]
@@ -395,3 +464,4 @@ async def test_shares_the_work_with_librdkafka_share_consumer(broker) -> None:
     assert sorted(seen) == list(range(n))
     assert set(seen.values()) == {1}, [o for o, k in seen.items() if k > 1][:10]
     assert ours and theirs, (len(ours), len(theirs))
+    assert acknowledged_up_to(broker.port, "g-mixed") == [(n, 0)]

@@ -1,18 +1,26 @@
-"""AsyncShareConsumers across a broker restart (stop, start on the same port) in
-the middle of a run: they resume on their own, every record ends up accepted,
-and no record whose ACCEPT the broker confirmed is ever delivered again."""
+"""AsyncShareConsumers across a broker restart (stop or kill -9, then start on
+the same port) in the middle of a run: they resume on their own, every record
+ends up accepted, and no record whose ACCEPT the broker confirmed is ever
+delivered again."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 
+import pytest
+
+from client.cluster import TopicPartition
+from client.errors import KafkaConnectionError
 from client.share_consumer import AcknowledgeType, AsyncShareConsumer
-from tests.test_client_share_consumer import produce, setup
+from tests.test_client_share_consumer import poll_until, produce, setup
 from tests.test_share_fetch_clients import FAST
 
 
-async def test_consumers_resume_after_a_restart_and_accepted_records_stay_accepted(broker_factory) -> None:
+@pytest.mark.parametrize("how", ["stop", "kill"])
+async def test_consumers_resume_after_a_restart_and_accepted_records_stay_accepted(broker_factory, how) -> None:
     b = broker_factory(*FAST).start()
     topic, group, n = "cs-restart", "g-restart", 4000
     setup(b, topic, group)
@@ -62,8 +70,11 @@ async def test_consumers_resume_after_a_restart_and_accepted_records_stay_accept
         while len(confirmed) < n // 10 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         assert len(confirmed) < n // 4, "the run ended before the restart"
-        # note: a graceful stop keeps answering open connections while it drains (up to 5 s)
-        await asyncio.to_thread(b.stop)
+        for sc in consumers:  # acknowledgements on the wire when the broker goes
+            sc.commit_async()
+        await asyncio.sleep(0)
+        # (a graceful stop keeps answering open connections while it drains, up to 5 s)
+        await asyncio.to_thread(b.stop if how == "stop" else b.kill)
         restarted_at = time.monotonic()
         await asyncio.to_thread(b.start)
         deadline = time.monotonic() + 45
@@ -88,3 +99,37 @@ async def test_consumers_resume_after_a_restart_and_accepted_records_stay_accept
     again = [(o, c) for o, when, c in deliveries if o in confirmed and when > confirmed[o]]
     assert again == [], again[:10]
     assert sum(1 for _, when, _ in deliveries if when > restarted_at) > n // 10  # they resumed
+
+
+async def test_acknowledgements_lost_with_the_broker_are_reported_failed(broker_factory) -> None:
+    """The broker freezes with our ShareAcknowledge unread and then dies: commit_sync reports the
+    partition failed with a retriable connection error (never success), the consumer carries on
+    after the restart and the records, never acknowledged, come back."""
+    b = broker_factory(*FAST).start()
+    topic, group = "cs-lost", "g-lost"
+    setup(b, topic, group)
+    produce(b.bootstrap, topic, 10)
+    tp = TopicPartition(topic, 0)
+    async with AsyncShareConsumer(
+        {"bootstrap.servers": b.bootstrap, "group.id": group},
+        share_acknowledgement_mode="explicit",
+        reconnect_backoff_max_ms=300,
+        retry_backoff_max_ms=300,
+    ) as sc:
+        sc.subscribe([topic])
+        got = await poll_until(sc, 10)
+        assert len(got) == 10
+        for r in got:
+            sc.acknowledge(r, AcknowledgeType.ACCEPT)
+        assert b.proc is not None
+        os.kill(b.proc.pid, signal.SIGSTOP)
+        commit = asyncio.create_task(sc.commit_sync(20_000))
+        await asyncio.sleep(0.5)  # the acknowledgements are on the wire, unanswered
+        assert not commit.done()
+        await asyncio.to_thread(b.kill)
+        result = await commit
+        assert isinstance(result[tp], KafkaConnectionError) and result[tp].retriable
+        await asyncio.to_thread(b.start)
+        back = await poll_until(sc, 10, timeout=30, ack=AcknowledgeType.ACCEPT)
+        assert sorted(r.offset for r in back) == list(range(10))
+        assert await sc.commit_sync() == {tp: None}
