@@ -29,9 +29,10 @@ from __future__ import annotations
 import struct
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 import crc32c as _crc32c_module
 
@@ -257,15 +258,21 @@ class BatchHeader:
         *,
         verify_crc: bool = True,
         max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
-    ) -> list[Record]:
-        """Decompress (if needed) and decode this batch's records."""
+        make: Callable[[int, int, bytes | None, bytes | None, list, int, int], Any] | None = None,
+    ) -> list[Any]:
+        """Decompress (if needed) and decode this batch's records.
+
+        ``make(offset, timestamp, key, value, headers, attributes, timestamp_type)``
+        builds each record instead of ``Record`` (a client builds its own record
+        type in one step); control batches always decode to ``Record``.
+        """
         if verify_crc and not self.verify_crc():
             raise ProtocolError(f"CRC mismatch: {self.crc:#x} != {self.computed_crc():#x}", path="batch.crc")
         payload = self.data[BATCH_HEADER_SIZE:]
         codec = self.compression
         if codec != Compression.NONE:
             payload = decompress(codec, payload, max_size=max_decompressed_size)
-        return _parse_records(payload, self)
+        return _parse_records(payload, self, None if self.is_control else make)
 
 
 class BatchIterator:
@@ -384,7 +391,7 @@ def encode_varint(value: int) -> bytes:
 # record decoding
 
 
-def _parse_records(payload: memoryview, header: BatchHeader) -> list[Record]:
+def _parse_records(payload: memoryview, header: BatchHeader, make: Callable[..., Any] | None = None) -> list[Any]:
     end = len(payload)
     count = header.records_count
     if count * _MIN_RECORD_SIZE > end:
@@ -487,6 +494,9 @@ def _parse_records(payload: memoryview, header: BatchHeader) -> list[Record]:
         except ProtocolError as exc:
             raise exc.with_context(path=f"records[{index}]") from None
         ts = max_ts if log_append else base_ts + ts_delta
+        if make is not None:
+            append(make(base_offset + off_delta, ts, key, value, headers, attrs, ts_type))
+            continue
         record = Record(base_offset + off_delta, ts, key, value, headers, attrs, ts_type)
         if control:
             record.control = _parse_control(key, value, index)
