@@ -115,41 +115,80 @@ def decode_record_set_for(
     read_committed Fetch response — drops the batches of aborted transactions
     as Kafka's consumer does: a producer's transactional batches are skipped
     from the first offset of its aborted transaction up to its abort marker.
+
+    Records are built as ``ConsumerRecord`` straight from the batch bytes (no
+    intermediate objects): this loop is the consumer's hot path.
     """
+    if not data:
+        return [], start_offset
+    view = memoryview(data)
+    if len(view) > 16 and view[16] != 2:
+        return _decode_legacy(topic, partition, view, start_offset, check_crcs, key_deserializer, value_deserializer)
     out: list[ConsumerRecord] = []
-    append = out.append
     next_offset = start_offset
     pending = sorted(aborted_transactions, key=lambda a: a[1]) if aborted_transactions else None
     aborted: set[int] = set()
-    for batch in iter_record_batches(data, check_crcs=check_crcs):
-        next_offset = max(next_offset, batch.last_offset + 1)
-        if pending is not None and batch.producer_id >= 0:
-            while pending and pending[0][1] <= batch.last_offset:
+    plain = key_deserializer is None and value_deserializer is None
+    for header, _ in iter_batches(view, allow_partial=True):
+        if header.magic != 2:
+            raise ProtocolError(f"unsupported magic {header.magic}")
+        last = header.last_offset
+        if last >= next_offset:
+            next_offset = last + 1
+        if pending is not None and header.producer_id >= 0:
+            while pending and pending[0][1] <= last:
                 aborted.add(pending.pop(0)[0])
-            if batch.is_control:
-                first = batch.records[0] if batch.records else None
-                if first is not None and first.control is not None and first.control.is_abort:
-                    aborted.discard(batch.producer_id)
-            elif batch.is_transactional and batch.producer_id in aborted:
+            if header.is_control:
+                markers = header.records(verify_crc=check_crcs) if header.records_count else []
+                if markers and markers[0].control is not None and markers[0].control.is_abort:
+                    aborted.discard(header.producer_id)
                 continue
-        if batch.is_control:
+            if header.is_transactional and header.producer_id in aborted:
+                continue
+        if header.is_control or not header.records_count or last < start_offset:
             continue
-        epoch = batch.leader_epoch
-        records = batch.records
-        if batch.base_offset < start_offset:
+        epoch = header.partition_leader_epoch
+        if plain:
+
+            def make(offset: int, ts: int, key: Any, value: Any, headers: list, attrs: int, ts_type: int,
+                     epoch: int = epoch) -> Any:  # fmt: skip
+                return ConsumerRecord(topic, partition, offset, ts, ts_type, key, value, headers, epoch)
+
+        else:
+
+            def make(offset: int, ts: int, key: Any, value: Any, headers: list, attrs: int, ts_type: int,
+                     epoch: int = epoch) -> Any:  # fmt: skip
+                if key_deserializer is not None:
+                    key = key_deserializer(key)
+                if value_deserializer is not None:
+                    value = value_deserializer(value)
+                return ConsumerRecord(topic, partition, offset, ts, ts_type, key, value, headers, epoch)
+
+        records = header.records(verify_crc=check_crcs, make=make)
+        if header.base_offset < start_offset:
             records = [r for r in records if r.offset >= start_offset]
-        if key_deserializer is None and value_deserializer is None:
-            for r in records:
-                append(
-                    ConsumerRecord(
-                        topic, partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers, epoch
-                    )
-                )
-            continue
-        for r in records:
+        out += records
+    return out, next_offset
+
+
+def _decode_legacy(
+    topic: str,
+    partition: int,
+    view: memoryview,
+    start_offset: int,
+    check_crcs: bool,
+    key_deserializer: Deserializer,
+    value_deserializer: Deserializer,
+) -> tuple[list[ConsumerRecord], int]:
+    """Magic 0/1 message sets (old producers, or a log written by them)."""
+    out: list[ConsumerRecord] = []
+    next_offset = start_offset
+    for batch in iter_record_batches(view, check_crcs=check_crcs):
+        next_offset = max(next_offset, batch.last_offset + 1)
+        for r in batch.records:
+            if r.offset < start_offset:
+                continue
             key = r.key if key_deserializer is None else key_deserializer(r.key)
             value = r.value if value_deserializer is None else value_deserializer(r.value)
-            append(
-                ConsumerRecord(topic, partition, r.offset, r.timestamp, r.timestamp_type, key, value, r.headers, epoch)
-            )
+            out.append(ConsumerRecord(topic, partition, r.offset, r.timestamp, r.timestamp_type, key, value, r.headers))
     return out, next_offset
