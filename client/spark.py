@@ -7,18 +7,24 @@
           .option("subscribe", "events")
           .option("startingOffsets", "earliest").option("endingOffsets", "latest")
           .load())
+    stream = (spark.readStream.format("shoal")
+              .option("kafka.bootstrap.servers", "localhost:9092")
+              .option("subscribe", "events")
+              .option("kafka.group.id", "spark-sink")      # the share group
+              .load())
 
 Built on pyspark's Python Data Source API (pyspark >= 4.0, with pyarrow).
 Options use the names of Spark's Kafka source where they mean the same
 thing; ``client.spark_options`` lists them and refuses unknown ones, naming
-the option, when the DataFrame is defined. Settings of the bundled client
-pass through with the ``kafka.`` prefix (``kafka.request.timeout.ms``).
+the option, when the DataFrame is defined (mode-specific ones when the read
+starts). Settings of the bundled client pass through with the ``kafka.``
+prefix (``kafka.request.timeout.ms``).
 
 Rows (``client.spark_rows``): ``key`` binary, ``value`` binary, ``topic``
 string, ``partition`` int, ``offset`` long, ``timestamp`` timestamp,
 ``timestampType`` int, ``headers`` array<struct<key string, value binary>>
-(only with ``includeHeaders=true``), ``deliveryCount`` int (null in batch
-reads).
+(only with ``includeHeaders=true``), ``deliveryCount`` int (how often the
+share group delivered the record; null in batch reads).
 
 **Batch reads** (``client.spark_batch``): ``startingOffsets`` /
 ``endingOffsets`` (earliest, latest, or JSON per partition like
@@ -27,6 +33,13 @@ reads).
 taking precedence over offsets as in Spark), ``minPartitions``,
 ``maxRecordsPerPartition``, ``failOnDataLoss``. The driver plans exact
 ranges with ListOffsets; executors read them in parallel with Fetch.
+
+**Streams** (``client.spark_stream``): a share group read by the driver and
+acknowledged only once Spark has committed each micro-batch: at-least-once,
+exactly-once with a sink that is idempotent by (topic, partition, offset);
+the records pass through the driver. ``kafka.group.id``,
+``maxRecordsPerTrigger``, ``share.lock.renew``, ``share.poll.timeout.ms``,
+``startingOffsets`` (earliest | latest) and ``minPartitions``.
 
 Workers import this package: run Spark with ``PYSPARK_PYTHON`` set to an
 interpreter that has ``shoal`` installed.

@@ -43,7 +43,7 @@ LATEST = -1
 STREAM_MAX_POLL_RECORDS = 1_000_000
 
 # Spark's spelling of every option, keyed by the lower-case form Spark passes.
-_COMMON = ("kafka.bootstrap.servers", "subscribe", "includeHeaders", "startingOffsets")
+_COMMON = ("kafka.bootstrap.servers", "subscribe", "includeHeaders", "startingOffsets", "minPartitions")
 BATCH_ONLY = (
     "endingOffsets",
     "startingTimestamp",
@@ -51,7 +51,6 @@ BATCH_ONLY = (
     "startingOffsetsByTimestamp",
     "endingOffsetsByTimestamp",
     "startingOffsetsByTimestampStrategy",
-    "minPartitions",
     "maxRecordsPerPartition",
     "failOnDataLoss",
 )

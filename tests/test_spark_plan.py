@@ -119,6 +119,7 @@ def test_stream_rules() -> None:
         "kafka.isolation.level"
     )
     assert _opts(**grouped, startingOffsets="earliest").for_stream().starting.kind == "earliest"
+    assert _opts(**grouped, minPartitions="4").for_stream().min_partitions == 4
 
 
 def test_offset_spec_json() -> None:
