@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.brokers import ROOT, RawClient, wait_port
 
 DOCKER = ROOT / "docker"
@@ -158,13 +160,29 @@ def test_healthcheck_against_a_running_broker(shared_broker) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_dockerfile_copies_files_that_exist() -> None:
-    text = (DOCKER / "Dockerfile").read_text()
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "spark.Dockerfile"])
+def test_dockerfiles_copy_files_that_exist(dockerfile: str) -> None:
+    text = (DOCKER / dockerfile).read_text()
     assert "FROM python:3.11-slim" in text
     assert re.search(r"^USER (?!root)\w+", text, re.M), "runs as a non-root user"
-    assert "VOLUME" in text and "HEALTHCHECK" in text and "shoal-healthcheck" in text
-    assert 'ENTRYPOINT ["shoal-entrypoint"]' in text
+    assert "VOLUME" in text
     for line in text.splitlines():
         if line.startswith("COPY "):
             for src in line.split()[1:-1]:
-                assert (ROOT / src).exists(), f"COPY {src} names a missing path"
+                assert (ROOT / src).exists(), f"{dockerfile}: COPY {src} names a missing path"
+    if dockerfile == "Dockerfile":
+        assert "HEALTHCHECK" in text and "shoal-healthcheck" in text
+        assert 'ENTRYPOINT ["shoal-entrypoint"]' in text
+
+
+def test_compose_runs_the_broker_and_the_streaming_example() -> None:
+    text = (DOCKER / "compose.yaml").read_text()
+    for name in re.findall(r"dockerfile: (\S+)", text):
+        assert (ROOT / name).exists(), name
+    assert "condition: service_healthy" in text
+    spark_dockerfile = (DOCKER / "spark.Dockerfile").read_text()
+    assert "examples/spark_share_stream.py" in spark_dockerfile
+    # The job's arguments are ones the example accepts.
+    example = ROOT / "examples" / "spark_share_stream.py"
+    args = re.findall(r"^\s+- (--[\w-]+)=", text, re.M)
+    assert args and all(a in example.read_text() for a in args), args
