@@ -18,7 +18,7 @@ running Spark version checks a returned batch against.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -119,22 +119,32 @@ class RowColumns:
             self.headers.append(headers)
         self.counts.append(delivery_count)
 
-    def add_records(
-        self, topic: str, partition: int, records: Iterable[Any], delivery_count: int | None = None
-    ) -> None:
-        """Append ``protocol.records.Record`` or ``ConsumerRecord`` objects of one partition."""
-        for r in records:
-            self.add(
-                topic,
-                partition,
-                r.offset,
-                r.timestamp,
-                r.timestamp_type,
-                r.key,
-                r.value,
-                r.headers,
-                getattr(r, "delivery_count", delivery_count),
-            )
+    def add_records(self, topic: str, partition: int, records: Sequence[Any]) -> None:
+        """Append ``protocol.records.Record`` or ``ConsumerRecord`` objects of one partition (no delivery count)."""
+        n = len(records)
+        self.keys += [r.key for r in records]
+        self.values += [r.value for r in records]
+        self.topics += [topic] * n
+        self.partitions += [partition] * n
+        self.offsets += [r.offset for r in records]
+        self.timestamps += [r.timestamp for r in records]
+        self.ts_types += [r.timestamp_type for r in records]
+        if self.headers is not None:
+            self.headers += [r.headers for r in records]
+        self.counts += [None] * n
+
+    def extend(self, records: Sequence[Any]) -> None:
+        """Append share-group ``ConsumerRecord`` objects of any partitions, with their delivery counts."""
+        self.keys += [r.key for r in records]
+        self.values += [r.value for r in records]
+        self.topics += [r.topic for r in records]
+        self.partitions += [r.partition for r in records]
+        self.offsets += [r.offset for r in records]
+        self.timestamps += [r.timestamp for r in records]
+        self.ts_types += [r.timestamp_type for r in records]
+        if self.headers is not None:
+            self.headers += [r.headers for r in records]
+        self.counts += [r.delivery_count for r in records]
 
     def batch(self) -> pa.RecordBatch:
         """The rows appended so far as one RecordBatch (the columns are then emptied)."""

@@ -82,6 +82,7 @@ import uuid
 import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
+from operator import attrgetter
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -436,25 +437,14 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Tasks hold about ``_ROWS_PER_TASK`` rows (at least ``minPartitions``
         tasks): per-task overhead, not rows, dominates small tasks.
         """
-        records = sorted(records, key=lambda r: (r.topic, r.partition, r.offset))
+        records = sorted(records, key=attrgetter("topic", "partition", "offset"))
         n = len(records)
         tasks = min(n, max(self.options.min_partitions or 1, -(-n // _ROWS_PER_TASK)))
         columns = RowColumns(arrow_schema(self.schema))
         out = []
         for i in range(tasks):
             chunk = records[n * i // tasks : n * (i + 1) // tasks]
-            for r in chunk:
-                columns.add(
-                    r.topic,
-                    r.partition,
-                    r.offset,
-                    r.timestamp,
-                    r.timestamp_type,
-                    r.key,
-                    r.value,
-                    r.headers,
-                    r.delivery_count,
-                )
+            columns.extend(chunk)
             first = chunk[0]
             out.append(
                 RecordsPartition(
