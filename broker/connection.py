@@ -4,7 +4,11 @@ Why a BufferedProtocol: uvloop hands us `get_buffer()` before every read, so a
 large frame (a 1 MiB produce) is received straight into a buffer of its own
 (taken from the server's `FramePool`, so not allocated and zero-filled per
 frame) with no intermediate copy, while small frames share a staging buffer
-and several of them may arrive in one read.
+and several of them may arrive in one read. After a large frame the next read
+goes into a pooled buffer too, on the bet that another large frame follows
+(producers send runs of them): when it does, it stays where it landed (its
+size prefix at offset 0) instead of being copied out of staging; when it does
+not, that buffer is parsed like staging.
 
 Ordering and pipelining: Kafka clients keep many requests in flight on one
 connection and match responses by correlation id, but expect them in request
@@ -81,8 +85,11 @@ class Connection(asyncio.BufferedProtocol):
         self._staged = 0  # bytes in staging
         self._pool: FramePool = server.frame_pool
         self._big: bytearray | None = None  # pooled buffer of the frame being received directly
-        self._big_size = 0  # that frame's size (the buffer may be larger)
-        self._big_filled = 0
+        self._big_start = 0  # where that frame starts in it (4 when received in place, after its size)
+        self._big_end = 0  # and ends (the buffer may be larger)
+        self._big_filled = 0  # bytes of the buffer received so far
+        self._expect = 0  # size of the last large frame: the next read goes into a pooled buffer
+        self._spec: bytearray | None = None  # that buffer, handed to the transport
         self._slots: deque[_Slot] = deque()
         self._reading_paused = False
         self._write_paused = False
@@ -100,9 +107,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        if self._big is not None:
-            self._pool.give(self._big)
-            self._big = None
+        for buf in (self._big, self._spec):
+            if buf is not None:
+                self._pool.give(buf)
+        self._big = self._spec = None
         self.server.connections.discard(self)
         for t in list(self.tasks):
             t.cancel()
@@ -110,7 +118,11 @@ class Connection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big is not None:
-            return memoryview(self._big)[self._big_filled : self._big_size]
+            return memoryview(self._big)[self._big_filled : self._big_end]
+        if self._expect and not self._staged:
+            if self._spec is None:
+                self._spec = self._pool.take(self._expect + 4)
+            return memoryview(self._spec)
         return memoryview(self._staging)[self._staged :]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -118,14 +130,13 @@ class Connection(asyncio.BufferedProtocol):
         try:
             if self._big is not None:
                 self._big_filled += nbytes
-                if self._big_filled == self._big_size:
+                if self._big_filled == self._big_end:
                     buf, self._big = self._big, None
-                    self._big_filled = 0
-                    try:
-                        self._on_frame(memoryview(buf)[: self._big_size])
-                    finally:
-                        # Views the request still holds keep it from reuse (FramePool).
-                        self._pool.give(buf)
+                    self._big_frame(buf, self._big_start, self._big_end)
+                return
+            if self._spec is not None and not self._staged:
+                buf, self._spec = self._spec, None
+                self._received_speculatively(buf, nbytes)
                 return
             self._staged += nbytes
             self._drain_staging()
@@ -144,34 +155,71 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
 
     # -- framing ---------------------------------------------------------------
+    def _frame_size(self, buf: bytearray, pos: int) -> int:
+        (size,) = _SIZE.unpack_from(buf, pos)
+        if size < 0 or size > self.max_frame:
+            raise ProtocolError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
+        return size
+
+    def _big_frame(self, buf: bytearray, start: int, end: int) -> None:
+        """A large frame is complete in ``buf[start:end]``."""
+        self._expect = end - start
+        try:
+            self._on_frame(memoryview(buf)[start:end])
+        finally:
+            # Views the request still holds keep it from reuse (FramePool).
+            self._pool.give(buf)
+
+    def _received_speculatively(self, buf: bytearray, n: int) -> None:
+        """``n`` bytes landed at the start of a pooled buffer (see ``get_buffer``)."""
+        if n >= 4:
+            size = self._frame_size(buf, 0)
+            if size + 4 > _STAGING and size + 4 <= len(buf):  # the bet won: keep it in place
+                if n < size + 4:
+                    self._big, self._big_start, self._big_end, self._big_filled = buf, 4, size + 4, n
+                    return
+                extra = n - size - 4  # the read went past the frame: the rest goes to staging
+                self._staging[:extra] = memoryview(buf)[size + 4 : n]
+                self._staged = extra
+                self._big_frame(buf, 4, size + 4)
+                if extra and not self._closed:
+                    self._drain_staging()
+                return
+        self._expect = 0
+        try:
+            self._drain(buf, n)
+        finally:
+            self._pool.give(buf)
+
     def _drain_staging(self) -> None:
-        buf = self._staging
+        self._drain(self._staging, self._staged)
+
+    def _drain(self, buf: bytearray, n: int) -> None:
+        """Handle the whole frames in ``buf[:n]``; keep what follows for the next reads."""
         pos = 0
-        n = self._staged
+        staging = self._staging
         while n - pos >= 4 and not self._closed:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0 or size > self.max_frame:
-                raise ProtocolError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
+            size = self._frame_size(buf, pos)
             if n - pos - 4 >= size:
-                # Small frames are copied out once: the staging buffer is reused.
-                self._on_frame(memoryview(bytes(memoryview(buf)[pos + 4 : pos + 4 + size])))
+                frame = memoryview(buf)[pos + 4 : pos + 4 + size]
+                if buf is staging:  # reused at once: the frame gets a copy of its own
+                    frame = memoryview(bytes(frame))
+                self._on_frame(frame)
+                del frame
                 pos += 4 + size
                 continue
-            if size + 4 > len(buf):
+            if size + 4 > _STAGING:
                 # Too big for staging: receive the rest straight into a buffer of its own.
                 big = self._pool.take(size)
                 have = n - pos - 4
                 big[:have] = memoryview(buf)[pos + 4 : n]
-                self._big = big
-                self._big_size = size
-                self._big_filled = have
+                self._big, self._big_start, self._big_end, self._big_filled = big, 0, size, have
                 pos = n
             break
-        if pos:
-            rest = n - pos
-            if rest:
-                buf[:rest] = buf[pos:n]
-            self._staged = rest
+        rest = n - pos
+        if rest and (pos or buf is not staging):
+            staging[:rest] = buf[pos:n]
+        self._staged = rest
 
     def _on_frame(self, frame: memoryview) -> None:
         try:
