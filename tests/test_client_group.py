@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from client.assignors import MemberSubscription, decode_assignment, range_assign, roundrobin_assign
 from client.cluster import TopicPartition
@@ -529,6 +529,32 @@ async def test_max_poll_interval_evicts_a_member_that_stops_polling(group_broker
         await again
         assert lost == [held]
         assert len(slow.assignment()) == 2 and not slow.assignment() & busy.assignment()
+
+
+async def test_new_partitions_and_a_changed_subscription_rebalance(group_broker, topic_name) -> None:
+    """The leader watches partition counts; any member's subscription change makes it rejoin."""
+    bs, group = group_broker.bootstrap, "g-" + topic_name
+    other = topic_name + "-b"
+    create_topic(bs, topic_name, 2)
+    create_topic(bs, other, 1)
+    cfg = consumer_config(bs, group, **{"metadata.max.age.ms": 500})
+    async with AsyncConsumer(cfg) as c:
+        c.subscribe([topic_name])
+        await _poll_until(c, lambda: len(c.assignment()) == 2)
+        admin = AdminClient({"bootstrap.servers": bs, **QUIET})
+        for f in admin.create_partitions([NewPartitions(topic_name, 4)]).values():
+            await asyncio.to_thread(f.result, 15)
+        await _poll_until(c, lambda: len(c.assignment()) == 4)
+        c.subscribe([topic_name, other])
+        await _poll_until(c, lambda: TopicPartition(other, 0) in c.assignment())
+        assert c.subscription() == {topic_name, other} and len(c.assignment()) == 5
+        # unsubscribe leaves the group; assign() works afterwards
+        await c.unsubscribe()
+        assert c.assignment() == set() and c.subscription() == set()
+        c.assign([TopicPartition(other, 0)])
+        assert c.assignment() == {TopicPartition(other, 0)}
+        state, _, members = await asyncio.to_thread(described_assignment, group_broker.port, group)
+        assert state == "Empty" and members == {}
 
 
 async def test_static_member_fenced_by_a_newer_instance(group_broker, topic_name) -> None:
