@@ -11,7 +11,12 @@ Starts a broker process (temporary data dir, 127.0.0.1, free port) and prints:
   * the same produce with our codec as the client (pre-built 1 MiB batches,
     8 requests in flight): what the broker itself sustains when the client
     is not the limit;
-  * fetch MB/s (librdkafka consumer, and our codec with 8 MiB fetches);
+  * the same loopback with the server writing every byte into a file
+    (os.write to the page cache, in the same temporary directory): not a
+    target, context — what storing new bytes costs on this machine at that
+    point of the run (a VM whose fresh page-cache pages are slow to fault in
+    shows it here);
+  * fetch MB/s (librdkafka consumer, and our codec with 32 MiB fetches);
   * each figure as a share of raw loopback;
   * produce-to-consume latency (median, p99) at low load;
   * timer: 1M adds + 1M cancels on the timing wheel.
@@ -108,6 +113,96 @@ def raw_loopback(seconds: float) -> float:
     cli.join()
     srv.terminate()
     srv.join()
+    return rate
+
+
+def _file_sink_server(port_q: mp.Queue, out_q: mp.Queue, path: str, total: int) -> None:
+    """Receive `total` bytes into one reused buffer and os.write them to `path`."""
+    import uvloop
+
+    class FileSink(asyncio.BufferedProtocol):
+        def __init__(self) -> None:
+            self.buf = bytearray(MIB)
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self.got = 0
+            self.start = 0.0
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+            self.start = time.perf_counter()
+
+        def get_buffer(self, sizehint: int) -> memoryview:
+            return memoryview(self.buf)
+
+        def buffer_updated(self, nbytes: int) -> None:
+            view = memoryview(self.buf)[:nbytes]
+            while view:
+                view = view[os.write(self.fd, view) :]
+            self.got += nbytes
+            if self.got >= total:
+                out_q.put(self.got / (time.perf_counter() - self.start))
+                self.transport.close()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        srv = await loop.create_server(FileSink, "127.0.0.1", 0)
+        port_q.put(srv.sockets[0].getsockname()[1])
+        await asyncio.sleep(300)
+
+    uvloop.run(main())
+
+
+def _bytes_pump_client(port: int, total: int) -> None:
+    import uvloop
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        class Pump(asyncio.Protocol):
+            paused: asyncio.Future | None = None
+
+            def pause_writing(self) -> None:
+                self.paused = loop.create_future()
+
+            def resume_writing(self) -> None:
+                if self.paused is not None:
+                    self.paused.set_result(None)
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                if not done.done():
+                    done.set_result(None)
+
+        transport, proto = await loop.create_connection(Pump, "127.0.0.1", port)
+        chunk = os.urandom(MIB)
+        for _ in range(-(-total // MIB)):
+            transport.write(chunk)
+            if proto.paused is not None and not proto.paused.done():
+                await proto.paused
+        await done
+
+    uvloop.run(main())
+
+
+def loopback_into_file(directory: str, total: int) -> float:
+    """Raw loopback whose server also writes what it receives into a file: bytes/s."""
+    ctx = mp.get_context("spawn")
+    port_q: mp.Queue = ctx.Queue()
+    out_q: mp.Queue = ctx.Queue()
+    path = os.path.join(directory, "loopback-into-file")
+    srv = ctx.Process(target=_file_sink_server, args=(port_q, out_q, path, total))
+    srv.start()
+    try:
+        port = port_q.get(timeout=20)
+        cli = ctx.Process(target=_bytes_pump_client, args=(port, total))
+        cli.start()
+        rate = out_q.get(timeout=300)
+        cli.join(30)
+    finally:
+        srv.terminate()
+        srv.join()
+        if os.path.exists(path):
+            os.unlink(path)
     return rate
 
 
@@ -322,35 +417,70 @@ def _recv_into(s: socket.socket, view: memoryview) -> None:
 
 
 def _pump(bootstrap: str, frames: list[bytes], in_flight: int) -> float:
+    """Send `frames` keeping `in_flight` unanswered, check every answer; returns seconds.
+
+    A bare uvloop protocol, so that the client costs little more than the raw
+    loopback pump: the frames are pre-built, responses are parsed from one
+    receive buffer and only their error code is looked at.
+    """
     import struct
 
     import uvloop
 
+    from protocol.frames import decode_response
+
     host, port = bootstrap.split(":")
+    size_of = struct.Struct(">i").unpack_from
 
     async def run() -> float:
-        reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 22)
-        window = asyncio.Semaphore(in_flight)
+        loop = asyncio.get_running_loop()
+        finished = loop.create_future()
 
-        async def drain() -> None:
-            from protocol.frames import decode_response
+        class Pump(asyncio.Protocol):
+            def __init__(self) -> None:
+                self.buf = bytearray()
+                self.sent = 0
+                self.answered = 0
 
-            for _ in frames:
-                size = struct.unpack(">i", await reader.readexactly(4))[0]
-                _, resp = decode_response(await reader.readexactly(size), 0, 9)
-                code = resp.responses[0].partition_responses[0].error_code
-                if code:
-                    raise RuntimeError(f"produce failed with error {code}")
-                window.release()
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                self.transport = transport
 
-        task = asyncio.create_task(drain())
+            def send(self) -> None:
+                while self.sent < len(frames) and self.sent - self.answered < in_flight:
+                    self.transport.write(frames[self.sent])
+                    self.sent += 1
+
+            def data_received(self, data: bytes) -> None:
+                buf = self.buf
+                buf += data
+                pos = 0
+                while len(buf) - pos >= 4:
+                    (size,) = size_of(buf, pos)
+                    if len(buf) - pos - 4 < size:
+                        break
+                    _, resp = decode_response(bytes(buf[pos + 4 : pos + 4 + size]), 0, 9)
+                    code = resp.responses[0].partition_responses[0].error_code
+                    if code and not finished.done():
+                        finished.set_exception(RuntimeError(f"produce failed with error {code}"))
+                    pos += 4 + size
+                    self.answered += 1
+                del buf[:pos]
+                if self.answered == len(frames):
+                    if not finished.done():
+                        finished.set_result(None)
+                else:
+                    self.send()
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                if not finished.done():
+                    finished.set_exception(ConnectionError(f"broker closed the connection: {exc}"))
+
+        transport, pump = await loop.create_connection(Pump, host, int(port))
         start = time.perf_counter()
-        for f in frames:
-            await window.acquire()
-            writer.write(f)
-        await task
+        pump.send()
+        await finished
         elapsed = time.perf_counter() - start
-        writer.close()
+        transport.close()
         return elapsed
 
     return uvloop.run(run())
@@ -468,13 +598,20 @@ def main() -> None:
                         if name == "confluent" and size > 1024 and acks == "1":
                             fetch_topic, fetch_bytes = topic, n * size
             pumped = 0
+            pump_rate = 0.0
             for acks in (1, -1):
                 topic = f"bench-pump-{acks}"
                 create_topic(bs, topic)
                 rate, written = codec_pump_produce(bs, topic, acks, volume * 2)
                 pumped = pumped or written
+                pump_rate = pump_rate or rate
                 print(f"{'codec pump':14} {16:>5}Ki {acks:>4} {rate / MIB:8.1f} {rate / 16384:10.0f} {rate / raw:6.0%}")
             assert fetch_topic is not None
+            into_file = loopback_into_file(tmp, volume * 2)
+            print(
+                f"\ncontext: loopback into a file (the pump's server os.writes what it gets): {into_file / MIB:8.1f} MB/s "
+                f"{into_file / raw:6.0%} of raw; codec pump acks=1 reached {pump_rate / into_file:.0%} of it"
+            )
             print()
             rate = fetch_confluent(bs, fetch_topic, fetch_bytes)
             print(f"fetch, confluent consumer (16 KiB records): {rate / MIB:8.1f} MB/s  {rate / raw:6.0%} of raw")
