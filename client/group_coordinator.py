@@ -46,7 +46,7 @@ from client.cluster import TopicPartition
 from client.config import Config
 from client.coordinator_link import CoordinatorLink
 from client.core import Backoff, ClientCore, is_retriable
-from client.errors import BrokerResponseError, IllegalStateError, KafkaClientError
+from client.errors import BrokerResponseError, ClientClosedError, IllegalStateError, KafkaClientError
 from client.group_membership import GroupMembership, MemberState, Next
 from client.group_offsets import GroupOffsets, OffsetAndMetadata
 from client.subscription_state import SubscriptionState
@@ -119,6 +119,7 @@ class GroupCoordinator:
         self._rebalance: asyncio.Task | None = None
         self._needs_join_prepare = True
         self._joined_topics: tuple[str, ...] | None = None
+        self._join_response: Any = None
         self._sync_assignment: bytes = b""
         self._snapshot: dict[str, int] | None = None  # partition counts the leader assigned from
         self._listener_error: BaseException | None = None
@@ -152,7 +153,12 @@ class GroupCoordinator:
                     )
                 done, _ = await asyncio.wait([task], timeout=max(wait_ms, 0) / 1000)
                 if task in done:
-                    self._rebalance = None
+                    if self._rebalance is task:
+                        self._rebalance = None
+                    if task.cancelled():  # stopped by close() or unsubscribe()
+                        if self._closed:
+                            raise ClientClosedError("the consumer is closed")
+                        return
                     task.result()
         self.offsets.maybe_auto_commit(self._core.now_ms())
         error, self._listener_error = self._listener_error, None
@@ -464,7 +470,7 @@ class GroupCoordinator:
             log.info("LeaveGroup for %r failed: %s", self.group_id, e)
 
     async def leave_for_unsubscribe(self) -> None:
-        await self._stop_rebalance()
+        await self._stop_rebalance(leaving=True)
         held = set(self._subs.assignment)
         if held:
             await self._invoke("on_partitions_lost" if not self.membership.has_generation() else "on_partitions_revoked",
@@ -473,13 +479,16 @@ class GroupCoordinator:
         self._needs_join_prepare = True
         self._joined_topics = None
 
-    async def _stop_rebalance(self) -> None:
+    async def _stop_rebalance(self, *, leaving: bool = False) -> None:
+        """Cancel a rebalance under way. ``leaving``: keep the member's state, so the
+        LeaveGroup that follows still names a member parked in JoinGroup/SyncGroup."""
         task, self._rebalance = self._rebalance, None
         if task is not None and not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            self.membership.on_join_failed()
+            if not leaving:
+                self.membership.on_join_failed()
 
     async def close(self, *, abandon: bool = False) -> None:
         """Final auto commit, revoke, LeaveGroup (dynamic members), stop the background tasks.
@@ -492,7 +501,7 @@ class GroupCoordinator:
             self._closed = True
             await self._stop_tasks()
             return
-        await self._stop_rebalance()
+        await self._stop_rebalance(leaving=True)
         m = self.membership
         try:
             if self.offsets.auto_commit:

@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from client.assignors import MemberSubscription, decode_assignment, range_assign, roundrobin_assign
 from client.cluster import TopicPartition
 from client.consumer import AsyncConsumer, ConsumerRebalanceListener
-from client.errors import BrokerResponseError, CommitFailedError
+from client.errors import BrokerResponseError, ClientClosedError, CommitFailedError
 from client.group_membership import Generation, GroupMembership, MemberState, Next
 from protocol.errors import ErrorCode
 from tests.brokers import BrokerProcess, RawClient
@@ -555,6 +555,35 @@ async def test_new_partitions_and_a_changed_subscription_rebalance(group_broker,
         assert c.assignment() == {TopicPartition(other, 0)}
         state, _, members = await asyncio.to_thread(described_assignment, group_broker.port, group)
         assert state == "Empty" and members == {}
+
+
+async def test_closing_while_parked_in_join_group_leaves(group_broker, topic_name) -> None:
+    """A member closed while its JoinGroup waits must still send LeaveGroup, or the group waits for it."""
+    bs, group = group_broker.bootstrap, "g-" + topic_name
+    create_topic(bs, topic_name, 2)
+    async with AsyncConsumer(consumer_config(bs, group)) as first:
+        first.subscribe([topic_name])
+        await _poll_until(first, lambda: len(first.assignment()) == 2)
+        gen0 = first._coordinator.membership.generation.generation_id
+        late = AsyncConsumer(consumer_config(bs, group))
+        await late.start()
+        late.subscribe([topic_name])
+        # "first" does not poll now, so the group keeps "late" parked in JoinGroup (up to 300 s)
+        poll = asyncio.ensure_future(late.getmany(timeout_ms=60_000))
+        await wait_for(lambda: late._coordinator.membership.state is MemberState.PREPARING_REBALANCE
+                       and late._coordinator.membership.generation.has_member_id, 30, "late parked in JoinGroup")  # fmt: skip
+        await asyncio.sleep(0.3)
+        t0 = time.monotonic()
+        await late.close()
+        with pytest.raises(ClientClosedError):
+            await poll
+        # "first" rejoins alone, promptly: the parked member is gone
+        m = first._coordinator.membership
+        await _poll_until(first, lambda: m.generation_if_stable() is not None and m.generation.generation_id > gen0
+                          and not m.needs_join, timeout=30)  # fmt: skip
+        assert time.monotonic() - t0 < 20
+        state, _, members = await asyncio.to_thread(described_assignment, group_broker.port, group)
+        assert state == "Stable" and list(members.values()) == [{0, 1}]
 
 
 async def test_static_member_fenced_by_a_newer_instance(group_broker, topic_name) -> None:
