@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from client.assignors import MemberSubscription, decode_assignment, range_assign, roundrobin_assign
 from client.cluster import TopicPartition
 from client.consumer import AsyncConsumer, ConsumerRebalanceListener
-from client.errors import BrokerResponseError, ClientClosedError, CommitFailedError
+from client.errors import BrokerResponseError, ClientClosedError, CommitFailedError, KafkaTimeoutError
 from client.group_membership import Generation, GroupMembership, MemberState, Next
 from protocol.errors import ErrorCode
 from tests.brokers import BrokerProcess, RawClient
@@ -658,7 +658,9 @@ async def test_broker_restart_resumes_from_committed_offsets(broker_factory, top
     create_topic(bs, topic_name, parts)
     await produce(bs, topic_name, 0, 300, parts)
     seen: list[bytes] = []
-    cfg = consumer_config(bs, group, **{"reconnect.backoff.max.ms": 200, "retry.backoff.max.ms": 200})
+    cfg = consumer_config(
+        bs, group, **{"reconnect.backoff.max.ms": 200, "retry.backoff.max.ms": 200, "default.api.timeout.ms": 3000}
+    )
     async with AsyncConsumer(cfg) as c:
         c.subscribe([topic_name])
         deadline = time.monotonic() + 60
@@ -672,6 +674,11 @@ async def test_broker_restart_resumes_from_committed_offsets(broker_factory, top
         t0 = time.monotonic()
         assert await c.getmany(timeout_ms=500) == {}
         assert time.monotonic() - t0 < 10
+        # a commit fails with a typed, retriable error once default.api.timeout.ms (3 s) ran out
+        t0 = time.monotonic()
+        with pytest.raises(KafkaTimeoutError) as err:
+            await c.commit()
+        assert err.value.retriable and time.monotonic() - t0 < 15
         b.start()  # same port, same data
         await produce(b.bootstrap, topic_name, 300, 150, parts)
         deadline = time.monotonic() + 60
