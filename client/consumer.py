@@ -68,8 +68,8 @@ class AsyncConsumer:
             self._cfg,
             self._subs,
             self._coordinator.offsets.committed_positions if self._coordinator is not None else None,
+            self._wakeup,
         )
-        self._fetcher.data_ready = self._wakeup
         self._started = False
         self._closed = False
 

@@ -1,15 +1,16 @@
 """Fetching for AsyncConsumer: a background task keeps records ready before the application asks.
 
 Why a background task: the application's ``getmany()`` should find records
-already fetched and decoded. ``Fetcher`` runs one loop that, for every broker
-leading assigned partitions, keeps one Fetch request in flight and, as
-responses come back, decodes them into ``CompletedFetch`` chunks queued in
-arrival order. A partition is fetched again while up to one chunk is still
-waiting to be consumed (prefetching: the next Fetch starts at the end of the
-buffered data, not at the application's position), so the network, the broker
-and the decoding overlap with the application's processing; more than that
-is not fetched, which bounds memory to about two ``max.partition.fetch.bytes``
-per partition.
+already fetched. ``Fetcher`` runs one loop that, for every broker leading
+assigned partitions, keeps one Fetch request in flight and queues each
+partition's answer as a ``CompletedFetch`` chunk, in arrival order. The next
+Fetch offset comes from the batch headers alone, so the next request is on
+its way before a chunk's records are decoded — decoding happens when the
+application drains the chunk, overlapping with the broker and the network. A
+partition is fetched again while up to one chunk is still waiting to be
+consumed (prefetching: the Fetch starts at the end of the buffered data, not
+at the application's position); more than that is not fetched, which bounds
+memory to about two ``max.partition.fetch.bytes`` per partition.
 
 Positions come from the same loop: partitions without one get their committed
 offset (a callable given by the group coordinator) or, failing that, an offset
@@ -124,6 +125,7 @@ class Fetcher:
         config: Config,
         subscriptions: SubscriptionState,
         committed_lookup: CommittedLookup | None,
+        data_ready: asyncio.Event | None = None,
     ) -> None:
         self._core = core
         self._cfg = config
@@ -137,7 +139,7 @@ class Fetcher:
         self._lookup_backoff = Backoff(config["retry.backoff.ms"], config["retry.backoff.max.ms"])
         self._tasks: set[asyncio.Task] = set()
         self._wake = asyncio.Event()
-        self.data_ready = asyncio.Event()
+        self.data_ready = data_ready if data_ready is not None else asyncio.Event()  # set on new data or errors
         self.positions_changed = asyncio.Event()
         self._errors: list[BaseException] = []
         self._no_offset: set[TopicPartition] = set()
