@@ -28,6 +28,7 @@ __all__ = [
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
     "RebalanceInProgressError",
+    "RecordDeserializationError",
     "UnsupportedVersionError",
     "raise_for_code",
 ]
@@ -103,6 +104,21 @@ class NoOffsetForPartitionError(InvalidOffsetError):
 
 class OffsetOutOfRangeError(InvalidOffsetError):
     """The fetch position is outside the partition's log."""
+
+
+class RecordDeserializationError(KafkaClientError):
+    """A key or value deserializer failed on the record at ``offset`` of ``partition``.
+
+    As in Kafka, the consumer's position stays at that record: every poll
+    raises again until the application seeks past it. ``__cause__`` holds the
+    deserializer's own exception.
+    """
+
+    def __init__(self, partition: Any, offset: int, cause: BaseException) -> None:
+        super().__init__(f"cannot deserialize the record at offset {offset} of {partition}: {cause!r}")
+        self.partition = partition
+        self.offset = offset
+        self.__cause__ = cause
 
 
 class BrokerResponseError(KafkaErrorResponse, KafkaClientError):
