@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections import Counter, deque
@@ -46,6 +47,7 @@ from client.errors import (
     KafkaTimeoutError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
+    RecordDeserializationError,
 )
 from client.records import ConsumerRecord, decode_record_set_for
 from client.subscription_state import SubscriptionState
@@ -85,19 +87,40 @@ class CompletedFetch:
     aborted: list[tuple[int, int]] | None = None
     records: list[ConsumerRecord] | None = None
     index: int = 0
+    error: BaseException | None = None
 
     def decode(self, config: Config) -> list[ConsumerRecord]:
+        """The records; raises ProtocolError for corrupt data. A deserializer failing on
+        one record keeps the records before it and leaves the failure in ``error``."""
         if self.records is None:
-            self.records, _ = decode_record_set_for(
+            kd, vd = config["key.deserializer"], config["value.deserializer"]
+            decode = functools.partial(
+                decode_record_set_for,
                 self.tp.topic,
                 self.tp.partition,
                 self.data,
                 start_offset=self.start_offset,
                 check_crcs=config["check.crcs"],
-                key_deserializer=config["key.deserializer"],
-                value_deserializer=config["value.deserializer"],
                 aborted_transactions=self.aborted,
             )
+            try:
+                self.records, _ = decode(key_deserializer=kd, value_deserializer=vd)
+            except ProtocolError:
+                raise
+            except Exception:
+                if kd is None and vd is None:
+                    raise
+                self.records = []
+                for r in decode()[0]:
+                    try:
+                        if kd is not None:
+                            r.key = kd(r.key)
+                        if vd is not None:
+                            r.value = vd(r.value)
+                    except Exception as e:  # noqa: BLE001
+                        self.error = RecordDeserializationError(self.tp, r.offset, e)
+                        break
+                    self.records.append(r)
             self.data = None
         return self.records
 
@@ -133,6 +156,7 @@ class Fetcher:
         self._committed_lookup = committed_lookup
         self._completed: deque[CompletedFetch] = deque()
         self._in_flight: set[int] = set()
+        self._rotation = 0
         self._node_retry_at: dict[int, tuple[float, Backoff]] = {}
         self._lookup: asyncio.Task | None = None
         self._lookup_retry_at = 0.0
@@ -198,7 +222,13 @@ class Fetcher:
             if st.paused or (partitions is not None and cf.tp not in partitions):
                 kept.append(cf)
                 continue
-            records = cf.records if cf.records is not None else cf.decode(self._cfg)
+            records = cf.records
+            if records is None:
+                try:
+                    records = cf.decode(self._cfg)
+                except Exception as e:  # noqa: BLE001 - corrupt data (or a deserializer's error)
+                    self._undecodable(cf, st, e)
+                    break
             n = len(records)
             i = cf.index
             position = st.position
@@ -217,17 +247,33 @@ class Fetcher:
                 st.position = last.offset + 1
                 st.position_epoch = last.leader_epoch
             cf.index = j
-            if j >= n:
+            if j < n:
+                kept.append(cf)
+            elif cf.error is not None:
+                self._undecodable(cf, st, cf.error)  # the position stays at the failing record
+                break
+            else:
                 if cf.next_offset > st.position:
                     st.position = cf.next_offset
                 freed = True
-            else:
-                kept.append(cf)
         if kept:
             completed.extendleft(reversed(kept))
         if freed:
             self._wake.set()
+        if not out and self._errors:
+            self.raise_pending_error()  # otherwise the error comes with the next poll
         return out
+
+    def _undecodable(self, cf: CompletedFetch, st: Any, error: Exception) -> None:
+        """As Kafka: the position stays at the bad data and every poll raises until the
+        application seeks past it; what was buffered after it is dropped and fetched again."""
+        others = [c for c in self._completed if c.tp != cf.tp]
+        self._completed.clear()
+        self._completed.extend(others)
+        st.fetch_offset = st.position
+        log.warning("cannot decode records of %s at offset %s: %s", cf.tp, st.position, error)
+        self._errors.append(error)
+        self._wake.set()
 
     def has_buffered(self) -> bool:
         return bool(self._completed)
@@ -297,8 +343,12 @@ class Fetcher:
             self._refresh_metadata()
             wait = min(wait, self._cfg["retry.backoff.ms"] / 1000)
         for node, parts in by_node.items():
+            # Rotate where each request starts: a broker fills the response (fetch.max.bytes) in
+            # request order, so a fixed order could starve the partitions at the end.
+            k = self._rotation % len(parts)
+            self._rotation += 1
             self._in_flight.add(node)
-            self._spawn(self._fetch(node, parts), f"shoal-fetch-{node}")
+            self._spawn(self._fetch(node, parts[k:] + parts[:k]), f"shoal-fetch-{node}")
         return max(wait, 0.001)
 
     # -- Fetch -----------------------------------------------------------------------

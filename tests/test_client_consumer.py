@@ -21,10 +21,17 @@ from client.cluster import TopicPartition
 from client.config import build_config
 from client.consumer import AsyncConsumer, OffsetAndMetadata
 from client.core import ClientCore
-from client.errors import ConfigError, IllegalStateError, NoOffsetForPartitionError, OffsetOutOfRangeError
+from client.errors import (
+    ConfigError,
+    IllegalStateError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    RecordDeserializationError,
+)
 from client.fetcher import CompletedFetch, Fetcher, next_fetch_offset
 from client.records import ConsumerRecord, decode_record_set_for
 from client.subscription_state import SubscriptionState
+from protocol.exceptions import ProtocolError
 from protocol.records import ControlType, build_batch, build_control_batch
 
 QUIET = {"log_level": 0}
@@ -100,6 +107,38 @@ def test_drain_hands_out_in_order_and_advances_positions() -> None:
     assert f.drain({a}, 10) == {}
     subs.resume([b])
     assert [r.offset for r in f.drain({b}, 10)[b]] == [12]
+
+
+def test_a_failing_deserializer_stops_at_its_record_and_corrupt_data_raises() -> None:
+    subs = SubscriptionState("earliest")
+    subs.assign_from_user([TP])
+    subs.seek(TP, 0)
+
+    def value(v: bytes) -> int:
+        return int(v)  # b"bad" fails
+
+    cfg = build_config("consumer", {"bootstrap.servers": "127.0.0.1:1", "value.deserializer": value})
+    f = Fetcher(ClientCore(cfg), cfg, subs, None)
+    data = build_batch([(None, v, (), 1) for v in (b"1", b"2", b"bad", b"4")], base_offset=0)
+    f._completed = deque([CompletedFetch(TP, subs.state(TP).version, 0, 4, data)])
+    assert [r.value for r in f.drain(None, 10)[TP]] == [1, 2]  # what comes before the bad record
+    for _ in range(2):  # every poll raises until the application seeks past it
+        with pytest.raises(RecordDeserializationError) as e:
+            f.raise_pending_error()
+            f._completed = deque([CompletedFetch(TP, subs.state(TP).version, 2, 4, data)])
+            f.drain(None, 10)
+        assert (e.value.partition, e.value.offset) == (TP, 2) and isinstance(e.value.__cause__, ValueError)
+        assert subs.state(TP).position == 2 and subs.state(TP).fetch_offset == 2
+    subs.seek(TP, 3)
+    f._completed = deque([CompletedFetch(TP, subs.state(TP).version, 3, 4, data)])
+    assert [r.value for r in f.drain(None, 10)[TP]] == [4]
+    # a corrupted batch (CRC) raises, position unchanged
+    bad = bytearray(build_batch([(None, b"5", (), 1)], base_offset=4))
+    bad[-1] ^= 0xFF
+    f._completed = deque([CompletedFetch(TP, subs.state(TP).version, 4, 5, bytes(bad))])
+    with pytest.raises(ProtocolError, match="CRC"):
+        f.drain(None, 10)
+    assert subs.state(TP).position == 4
 
 
 def test_next_fetch_offset_from_headers_and_partial_batches() -> None:
