@@ -22,6 +22,7 @@ _EXPORTS = {
     "AsyncConsumer": "client.consumer",
     "ConsumerRebalanceListener": "client.consumer",
     "OffsetAndMetadata": "client.consumer",
+    "OffsetAndTimestamp": "client.consumer",
     "AsyncShareConsumer": "client.share_consumer",
     "AcknowledgeType": "client.share_consumer",
     "AsyncAdmin": "client.admin",

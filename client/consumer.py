@@ -19,8 +19,9 @@ rebalancing), shaped for asyncio like aiokafka's consumer:
   explicitly (no group membership, though committing still needs ``group.id``).
 
 The pieces: ``SubscriptionState`` (what is assigned, positions), ``Fetcher``
-(background fetching and decoding), ``GroupCoordinator`` (JoinGroup/SyncGroup,
-heartbeats, commits) over ``GroupMembership`` (the sans-IO rules).
+(background fetching, decoding on demand), ``GroupCoordinator`` (JoinGroup,
+SyncGroup, heartbeats, leaving) over ``GroupMembership`` (the sans-IO rules),
+``GroupOffsets`` (commits, committed offsets), both over a ``CoordinatorLink``.
 """
 
 from __future__ import annotations
@@ -30,23 +31,32 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from client.cluster import TopicPartition
 from client.config import build_config
 from client.core import ClientCore
-from client.errors import ClientClosedError, IllegalStateError
-from client.fetcher import Fetcher
+from client.errors import ClientClosedError, IllegalStateError, KafkaConnectionError
+from client.fetcher import EARLIEST, LATEST, Fetcher, list_offsets
 from client.group_coordinator import ConsumerRebalanceListener, GroupCoordinator
 from client.group_offsets import GroupOffsets, OffsetAndMetadata
 from client.records import ConsumerRecord
 from client.subscription_state import SubscriptionState, SubscriptionType
 
-__all__ = ["AsyncConsumer", "ConsumerRebalanceListener", "OffsetAndMetadata"]
+__all__ = ["AsyncConsumer", "ConsumerRebalanceListener", "OffsetAndMetadata", "OffsetAndTimestamp"]
 
 log = logging.getLogger("shoal.client.consumer")
 
 OffsetsArg = Mapping[TopicPartition, "int | OffsetAndMetadata | tuple[int, str]"]
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """A record's offset and timestamp, as ``offsets_for_times`` finds them."""
+
+    offset: int
+    timestamp: int
+
+
 CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseException | None], Any]
 
 
@@ -208,6 +218,48 @@ class AsyncConsumer:
 
     def last_stable_offset(self, partition: TopicPartition) -> int:
         return self._subs.state(TopicPartition(*partition)).last_stable_offset
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """First offset of each partition (ListOffsets; positions do not change)."""
+        return await self._offsets_at(partitions, EARLIEST)
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Offset after the last record of each partition (last stable offset with read_committed)."""
+        return await self._offsets_at(partitions, LATEST)
+
+    async def _offsets_at(self, partitions: Iterable[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        found = await self._list_offsets({TopicPartition(*p): timestamp for p in partitions})
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the first record at or after the timestamp (ms): its offset and
+        timestamp, or None when every record is older."""
+        for tp, ts in timestamps.items():
+            if ts < 0:
+                raise ValueError(f"timestamp of {tp} must be >= 0, got {ts}")
+        found = await self._list_offsets({TopicPartition(*tp): ts for tp, ts in timestamps.items()})
+        return {tp: None if offset < 0 else OffsetAndTimestamp(offset, ts) for tp, (offset, ts) in found.items()}
+
+    async def _list_offsets(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, tuple[int, int]]:
+        self._check_open()
+        if not timestamps:
+            return {}
+        isolation = 1 if self._cfg["isolation.level"] == "read_committed" else 0
+        missing = dict(timestamps)
+        out: dict[TopicPartition, tuple[int, int]] = {}
+
+        async def attempt() -> None:
+            found = await list_offsets(self._core, missing, isolation)
+            for tp, (offset, _, ts) in found.items():
+                out[tp] = (offset, ts)
+                missing.pop(tp, None)
+            if missing:
+                raise KafkaConnectionError(f"no offsets yet for {sorted(map(str, missing))}")
+
+        await self._core.retry(attempt, what="ListOffsets")
+        return out
 
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop returning (and fetching) records of these partitions until ``resume``."""

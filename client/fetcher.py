@@ -556,7 +556,7 @@ class Fetcher:
         if not wanted:
             return
         found_offsets = await list_offsets(self._core, wanted, self._isolation)
-        for tp, (offset, epoch) in found_offsets.items():
+        for tp, (offset, epoch, _) in found_offsets.items():
             st = self._current(tp, versions[tp])
             if st is not None:
                 st.set_position(offset, epoch)
@@ -582,9 +582,11 @@ class Fetcher:
 
 async def list_offsets(
     core: ClientCore, timestamps: Mapping[TopicPartition, int], isolation_level: int = 0
-) -> dict[TopicPartition, tuple[int, int]]:
-    """ListOffsets for each partition (timestamp -2 earliest, -1 latest, else by time), asking
-    each leader; partitions whose leader failed are left out (raises if none succeeded)."""
+) -> dict[TopicPartition, tuple[int, int, int]]:
+    """(offset, leader epoch, timestamp) by ListOffsets for each partition (timestamp -2
+    earliest, -1 latest, else the first offset at or after that time; offset -1 when there
+    is none), asking each leader; partitions whose leader failed are left out (raises if
+    none succeeded)."""
     by_node: dict[int, list[TopicPartition]] = {}
     for tp in timestamps:
         by_node.setdefault(await core.leader_for(tp), []).append(tp)
@@ -621,7 +623,7 @@ async def list_offsets(
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.partition_index)
                 if p.error_code == ErrorCode.NONE:
-                    out[tp] = (p.offset, p.leader_epoch)
+                    out[tp] = (p.offset, p.leader_epoch, p.timestamp)
                 elif metadata_stale(p.error_code) or p.error_code == ErrorCode.OFFSET_NOT_AVAILABLE:
                     stale = True
                     last_error = BrokerResponseError(p.error_code, f"ListOffsets {tp}")

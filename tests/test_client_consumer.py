@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from client.cluster import TopicPartition
 from client.config import build_config
-from client.consumer import AsyncConsumer, OffsetAndMetadata
+from client.consumer import AsyncConsumer, OffsetAndMetadata, OffsetAndTimestamp
 from client.core import ClientCore
 from client.errors import (
     ConfigError,
@@ -254,6 +254,28 @@ async def test_assign_without_a_group_seek_and_position(shared_broker, topic_nam
             await c.commit()  # no group.id
         with pytest.raises(IllegalStateError):
             c.seek(TopicPartition(topic_name, 5), 0)  # not assigned
+
+
+async def test_beginning_end_offsets_and_offsets_for_times(shared_broker, topic_name) -> None:
+    bs = shared_broker.bootstrap
+    create_topic(bs, topic_name, 2)
+    a, b = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
+    base = 1_700_000_000_000
+
+    def fill() -> None:
+        p = Producer({"bootstrap.servers": bs, **QUIET})
+        for i in range(5):
+            p.produce(topic_name, value=b"%d" % i, partition=0, timestamp=base + i * 1000)
+        assert p.flush(30) == 0
+
+    await asyncio.to_thread(fill)
+    async with AsyncConsumer(config(bs)) as c:
+        assert await c.beginning_offsets([a, b]) == {a: 0, b: 0}
+        assert await c.end_offsets([a, b]) == {a: 5, b: 0}
+        found = await c.offsets_for_times({a: base + 2500, b: base})
+        assert found == {a: OffsetAndTimestamp(3, base + 3000), b: None}
+        assert (await c.offsets_for_times({a: base + 99_000}))[a] is None
+        assert c.assignment() == set()  # nothing was assigned or moved
 
 
 async def test_offset_reset_latest_none_and_out_of_range(shared_broker, topic_name) -> None:
