@@ -231,3 +231,14 @@ def test_batches_are_the_buffers_given(tmp_path) -> None:
         writer.close()
 
     asyncio.run(main())
+
+
+async def test_a_closed_writer_refuses_the_append_and_leaves_the_log_usable(tmp_path) -> None:
+    writer = ThreadedWriter(asyncio.get_running_loop())
+    log = open_log(tmp_path / "p", writer)
+    writer.close()
+    with pytest.raises(RuntimeError):
+        log.append_async(batch(1, 100_000), lambda e: None)
+    assert log.writes_in_flight == 0 and log.log_end_offset == 0
+    assert log.append(batch(1, 10)).first_offset == 0  # nothing left waiting for a write that never comes
+    log.close()

@@ -4,7 +4,9 @@ A partition directory holds ``<20-digit base offset>.log`` segment files with
 their ``.index`` (offset → position) and ``.timeindex`` (timestamp → offset)
 files, plus a ``recovery-point`` file.  ``PartitionLog`` is the entry point;
 everything here is synchronous and meant to be called from the event loop,
-with fsync split out (``flush_target`` / ``mark_flushed``) for a worker thread.
+with fsync split out (``flush_target`` / ``mark_flushed``) for a worker thread,
+and large appends optionally copied to the page cache by a writer thread
+(``append_async`` with ``broker.log.writer.ThreadedWriter``).
 """
 
 from broker.log.partition_log import AppendInfo, FileRegion, LogConfig, LogWriter, PartitionLog, ReadResult

@@ -9,6 +9,12 @@ Why it is shaped this way:
   a worker thread fsyncs them, and ``mark_flushed`` records the result.  That
   lets the broker fsync outside the loop and let one fsync serve every
   producer waiting on it (``broker.flusher``).
+* Large appends may hand the copy into the page cache to a writer thread
+  (``append_async``, ``broker.log.writer``): offsets are assigned at once,
+  but the bytes join the segments — and with them the log end, reads and
+  flush targets — only when written, in order, back on the log's thread.
+  Anything that needs file and bookkeeping to agree (roll, truncate, close,
+  delete, a synchronous append) first waits for the writes in flight.
 * Durability is tracked as a single number, the recovery point: every offset
   below it is known to be on disk.  It is kept in a small ``recovery-point``
   file (written after each flush, synced on close) so that a restart after a
@@ -41,6 +47,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.log.cleaner import finish_interrupted_cleaning
+from broker.log.config import LogConfig
 from broker.log.index import INT32_MAX
 from broker.log.reads import FileRegion, LogReads, ReadResult
 from broker.log.recovery import (
@@ -67,66 +74,7 @@ from protocol.records import BatchHeader, set_base_offset, set_log_append_time
 
 __all__ = ["AppendInfo", "FileRegion", "LogConfig", "LogWriter", "PartitionLog", "ReadResult"]
 
-LONG_MAX = 2**63 - 1
-TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
-CLEANUP_POLICIES = ("delete", "compact")
-
 Clock = Callable[[], int]
-
-
-@dataclass(slots=True)
-class LogConfig:
-    """Per-topic log settings (Kafka's topic config names, snake_cased).
-
-    ``cleanup_policy`` is "delete", "compact" or both ("compact,delete" or a
-    sequence).  "delete" is ``enforce_retention``; "compact" is carried out by
-    ``broker.log.cleaner.LogCleaner``, driven by the broker.  ``segment_index_bytes``
-    caps an index like Kafka's ``segment.index.bytes``: a full index rolls.
-    """
-
-    segment_bytes: int = 1 << 30
-    segment_ms: int = 7 * 24 * 3600 * 1000
-    retention_ms: int = 7 * 24 * 3600 * 1000
-    retention_bytes: int = -1
-    index_interval_bytes: int = 4096
-    max_message_bytes: int = 1048588
-    message_timestamp_type: str = "CreateTime"
-    cleanup_policy: str | Sequence[str] = "delete"
-    flush_interval_messages: int = LONG_MAX
-    flush_interval_ms: int = LONG_MAX
-    segment_index_bytes: int = 10 * 1024 * 1024
-
-    def __post_init__(self) -> None:
-        if not 0 < self.segment_bytes <= INT32_MAX:
-            raise ValueError(f"segment_bytes {self.segment_bytes} must be in [1, {INT32_MAX}]")
-        if self.segment_ms <= 0:
-            raise ValueError(f"segment_ms {self.segment_ms} must be positive")
-        if self.index_interval_bytes < 0 or self.segment_index_bytes < 12:
-            raise ValueError("index_interval_bytes must be >= 0 and segment_index_bytes >= 12")
-        if self.max_message_bytes <= 0:
-            raise ValueError(f"max_message_bytes {self.max_message_bytes} must be positive")
-        if self.message_timestamp_type not in TIMESTAMP_TYPES:
-            raise ValueError(f"message_timestamp_type must be one of {TIMESTAMP_TYPES}")
-        unknown = set(self.policies) - set(CLEANUP_POLICIES)
-        if unknown or not self.policies:
-            raise ValueError(f"cleanup_policy {self.cleanup_policy!r} is not delete and/or compact")
-
-    @property
-    def policies(self) -> tuple[str, ...]:
-        raw = self.cleanup_policy.split(",") if isinstance(self.cleanup_policy, str) else self.cleanup_policy
-        return tuple(p.strip() for p in raw if p.strip())
-
-    @property
-    def deletes(self) -> bool:
-        return "delete" in self.policies
-
-    @property
-    def compacts(self) -> bool:
-        return "compact" in self.policies
-
-    @property
-    def log_append_time(self) -> bool:
-        return self.message_timestamp_type == "LogAppendTime"
 
 
 @dataclass(slots=True)
@@ -379,10 +327,11 @@ class PartitionLog(LogReads):
         job = self._prepare(batches, True, self.clock() if now_ms is None else now_ms)
         job.callbacks.append(on_written)
         start = job.segment.size + self._inflight_bytes
+        # Completions are delivered on this thread, never inside submit: registering after it is safe.
+        writer.submit(self._channel, job.segment.fd, job.data, start, lambda error: self._written(job, error))
         self._inflight.append(job)
         self._inflight_bytes += job.info.bytes
         self._inflight_batches += len(job.batches)
-        writer.submit(self._channel, job.segment.fd, job.data, start, lambda error: self._written(job, error))
         return job.info
 
     def when_written(self, end_offset: int, callback: Callable[[BaseException | None], None]) -> None:
