@@ -1,6 +1,7 @@
 """ShareFetch / ShareAcknowledge over a real socket with our codec: share
 sessions, acknowledgement errors that change nothing, long polling, release
-on connection close, RENEW, and session limits."""
+on connection close, RENEW, session limits, and how much one ShareFetch
+hands out (MaxRecords, MaxBytes split across partitions, the in-flight cap)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import threading
 import time
 import uuid
 
+import confluent_kafka
 import pytest
 
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode
+from protocol.records import iter_batches
 from tests.brokers import RawClient
 from tests.test_broker_protocol import create
 from tests.test_share_fetch_clients import group_config, produce
@@ -26,6 +29,7 @@ FAST = (
     "group.share.heartbeat.interval.ms=100",
     "group.share.min.record.lock.duration.ms=1000",
     "group.share.max.share.sessions=3",
+    "group.share.max.partition.max.record.locks=10000",
 )
 ACCEPT, RELEASE, REJECT, RENEW = 1, 2, 3, 4
 
@@ -70,7 +74,9 @@ def ready_topic(broker, topic: str, group: str, n: int, partitions: int = 1, **c
     return tid
 
 
-def fetch(c, group, member, epoch, parts=(), acks=None, max_records=500, max_wait=0, version=1, **kw):
+def fetch(
+    c, group, member, epoch, parts=(), acks=None, max_records=500, max_wait=0, version=1, max_bytes=1 << 20, **kw
+):
     topics = {}
     for tid, p in parts:
         topics.setdefault(tid, []).append(
@@ -87,7 +93,7 @@ def fetch(c, group, member, epoch, parts=(), acks=None, max_records=500, max_wai
         share_session_epoch=epoch,
         max_wait_ms=max_wait,
         min_bytes=1,
-        max_bytes=1 << 20,
+        max_bytes=max_bytes,
         max_records=max_records,
         batch_size=max_records,
         topics=[SF.FetchTopic(topic_id=t, partitions=ps) for t, ps in topics.items()],
@@ -245,3 +251,102 @@ def test_session_limit(broker) -> None:
             c.close()
     assert codes.count(ErrorCode.SHARE_SESSION_LIMIT_REACHED) >= 1
     assert codes[0] == 0
+
+
+# -- how much one ShareFetch hands out -------------------------------------------------------
+KIB_VALUE = b"x" * 1024
+MIB = 1 << 20
+
+
+def produce_kib(bootstrap: str, topic: str, per_partition: int, partitions: int = 1) -> None:
+    """`per_partition` records of 1 KiB on each partition (64 KiB producer batches)."""
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "log_level": 0, "linger.ms": 5, "batch.size": 65536})
+    for i in range(per_partition * partitions):
+        while True:
+            try:
+                p.produce(topic, value=KIB_VALUE, partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.01)
+    assert p.flush(30) == 0
+
+
+def by_partition(resp) -> dict[int, tuple[list, int, int]]:
+    """partition -> (acquired ranges, records in the acquired ranges that the Records hold, Records bytes)."""
+    out = {}
+    for t in resp.responses:
+        for p in t.partitions:
+            assert p.error_code == 0, p
+            ranges = [(a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records]
+            wanted = {o for f, last, _ in ranges for o in range(f, last + 1)}
+            held = set()
+            for h, _ in iter_batches(p.records):
+                held.update(o for o in range(h.base_offset, h.last_offset + 1) if o in wanted)
+            out[p.partition_index] = (ranges, len(held), len(p.records))
+    return out
+
+
+def count(ranges) -> int:
+    return sum(last - f + 1 for f, last, _ in ranges)
+
+
+def test_one_fetch_returns_max_records_across_reads(broker) -> None:
+    """MaxRecords 20,000 is served in one answer as far as the in-flight cap (10,000 per share
+    partition, the highest allowed) lets it: 10,000 of one partition's 30,000 1 KiB records (many
+    1 MiB reads' worth), and 20,000 over two partitions, every acquired record in the Records."""
+    tid = ready_topic(broker, "sf-many", "g-many", 0, share_partition_max_record_locks="10000")
+    produce_kib(broker.bootstrap, "sf-many", 30_000)
+    with RawClient(broker.port, timeout=30) as c:
+        r = fetch(c, "g-many", "m", 0, [(tid, 0)], max_records=20_000, max_bytes=100 * MIB,
+                  version=2, share_acquire_mode=1)  # fmt: skip
+        ((ranges, held, size),) = by_partition(r).values()
+        assert ranges[0][0] == 0 and count(ranges) == 10_000 == held, ranges  # the cap, not 1 MiB
+        assert size > 10_000 * 1024
+        # acknowledging frees the cap: the next answer carries the next 10,000
+        acks = {(tid, 0): [batch(f, last, ACCEPT) for f, last, _ in ranges]}
+        r = fetch(c, "g-many", "m", 1, acks=acks, max_records=20_000, max_bytes=100 * MIB,
+                  version=2, share_acquire_mode=1)  # fmt: skip
+        ((ranges, held, _),) = by_partition(r).values()
+        assert ranges[0][0] == 10_000 and count(ranges) == 10_000 == held
+
+    tid = ready_topic(broker, "sf-many2", "g-many2", 0, partitions=2, share_partition_max_record_locks="10000")
+    produce_kib(broker.bootstrap, "sf-many2", 15_000, partitions=2)
+    with RawClient(broker.port, timeout=30) as c:
+        r = fetch(c, "g-many2", "m", 0, [(tid, 0), (tid, 1)], max_records=20_000, max_bytes=100 * MIB,
+                  version=2, share_acquire_mode=1)  # fmt: skip
+        got = by_partition(r)
+        assert {p: count(v[0]) for p, v in got.items()} == {0: 10_000, 1: 10_000}
+        assert all(v[1] == 10_000 for v in got.values())
+
+
+def test_max_bytes_is_split_across_partitions(broker) -> None:
+    """MaxBytes 8 MiB over two partitions holding ~6 MiB each: each answers with about its
+    half (Kafka's uniform strategy), not 1 MiB each, nor all of the first partition."""
+    tid = ready_topic(broker, "sf-split", "g-split", 0, partitions=2, share_partition_max_record_locks="10000")
+    produce_kib(broker.bootstrap, "sf-split", 6_000, partitions=2)
+    with RawClient(broker.port, timeout=30) as c:
+        r = fetch(c, "g-split", "m", 0, [(tid, 0), (tid, 1)], max_records=10_000, max_bytes=8 * MIB)
+        got = by_partition(r)
+    assert set(got) == {0, 1}
+    for p, (ranges, held, size) in got.items():
+        assert 3 * MIB < size <= 4 * MIB, (p, size)
+        assert held == count(ranges), p  # whole batches: every acquired record is in the Records
+
+
+def test_small_max_records_and_the_in_flight_cap(broker) -> None:
+    """The librdkafka case is unchanged -- MaxRecords 500 with MaxBytes 50 MiB acquires 500 records
+    (rounded up to the end of their log batch) and sends only their batches -- and the default
+    in-flight cap (2,000) bounds a fetch asking for 20,000."""
+    tid = ready_topic(broker, "sf-small", "g-small", 0)
+    produce_kib(broker.bootstrap, "sf-small", 30_000)
+    with RawClient(broker.port, timeout=30) as c:
+        r = fetch(c, "g-small", "m", 0, [(tid, 0)], max_records=500, max_bytes=50 * MIB)
+        ((ranges, held, size),) = by_partition(r).values()
+        first = count(ranges)
+        assert ranges[0][0] == 0 and 500 <= first < 500 + 64 and held == first
+        assert size < 600 * 1024
+    with RawClient(broker.port, timeout=30) as c:
+        r = fetch(c, "g-small", "m2", 0, [(tid, 0)], max_records=20_000, max_bytes=50 * MIB)
+        ((ranges, held, _),) = by_partition(r).values()
+        # batch-optimized acquisition may cross the cap by less than one log batch
+        assert ranges[0][0] == first and 2_000 <= first + count(ranges) < 2_000 + 64 and held == count(ranges)

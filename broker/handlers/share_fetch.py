@@ -8,8 +8,10 @@ A ShareFetch runs in four steps, as Kafka's does:
    written durably before the answer (their outcome goes in
    AcknowledgeErrorCode);
 3. every partition of the session is loaded and records are acquired, up to
-   MaxRecords in total and MaxBytes of log data; when nothing at all could be
-   acquired the request waits as a DelayedShareFetch in the fetch purgatory
+   MaxRecords in total and MaxBytes of log data, split evenly across the
+   partitions that have records to acquire (Kafka's "uniform" strategy); a
+   partition is read for as long as that leaves room; when nothing at all
+   could be acquired the request waits as a DelayedShareFetch in the fetch purgatory
    (woken by produce, releases, lock expiries and acks) until MaxWaitMs;
 4. the response names every partition the request named plus every
    partition with records or errors; Records is never null (librdkafka drops
@@ -104,16 +106,31 @@ class ShareFetchOperation:
         await asyncio.gather(*(one(k) for k in partitions))
 
     def try_acquire(self) -> bool:
-        """Acquire from every partition while records and bytes remain; True if anything was acquired."""
+        """Acquire from every partition while records and bytes remain; True if anything was acquired.
+
+        MaxBytes is split evenly across the partitions that can acquire now (Kafka's
+        "uniform" PartitionMaxBytesStrategy); MaxRecords is taken in partition order."""
         mgr = self.broker.share_partitions
+        live = [
+            (key, entry)
+            for key, entry in self.entries.items()
+            # an entry dropped meanwhile (topic deleted) is skipped
+            if mgr.entries.get(entry.key) is entry and mgr.acquirable(entry)
+        ]
+        if not live:
+            return False
+        share = max(1, self.max_bytes // len(live))
         records, budget = self.max_records, self.max_bytes
-        for key, entry in self.entries.items():
+        for key, entry in live:
             if records <= 0 or budget <= 0:
                 break
-            if self.broker.share_partitions.entries.get(entry.key) is not entry:
-                continue  # dropped meanwhile (topic deleted)
             got = mgr.acquire(
-                entry, self.member, records, budget, batch_optimized=self.batch_optimized, batch_size=self.batch_size
+                entry,
+                self.member,
+                records,
+                min(share, budget),
+                batch_optimized=self.batch_optimized,
+                batch_size=self.batch_size,
             )
             if got is None:
                 continue

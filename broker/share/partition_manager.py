@@ -16,7 +16,15 @@ it what it cannot have itself:
   passes the batch headers (not the records) to ``acquire``; the response
   carries the raw batches, trimmed to those that hold acquired offsets.
   Reading and acquiring happen in one synchronous step, which is the "one
-  fetch at a time per share partition" lock for free.
+  fetch at a time per share partition" lock for free. How much to read: the
+  handler gives each partition its share of MaxBytes (Kafka's "uniform"
+  strategy); within it, a read is sized from what MaxRecords can still use
+  at the bytes per record last seen on this partition (at least
+  ``READ_CHUNK``), and the partition is read on -- from the next fetch
+  offset, as a new fetch would -- while a read was used up and MaxRecords,
+  the byte share and the in-flight limit leave room. So a consumer asking
+  for 500 records with MaxBytes 50 MiB (librdkafka) costs one ~1 MiB read,
+  not 50 MiB of batch headers, and one asking for 20,000 gets 20,000.
 * **Durability.** Every change except acquisition and RENEW is written with
   WriteShareGroupState before anyone is answered. The core requires the
   writes of one share partition to be sent and committed in the order its
@@ -54,7 +62,7 @@ from protocol.records import iter_batches
 log = logging.getLogger("shoal.share.partitions")
 
 LEADER_EPOCH = 0  # Shoal's constant leader epoch (single node)
-READ_CHUNK = 1 << 20  # log bytes read per acquisition
+READ_CHUNK = 1 << 20  # smallest log read per acquisition
 DEAD_LETTER_READ = 16 << 20  # log bytes read back to copy archived records
 ARCHIVED_STATE = 4
 PartitionKey = tuple[str, uuid.UUID, int]
@@ -71,6 +79,7 @@ class Entry:
     writes: deque = field(default_factory=deque)  # (change, future | None, undo on failure)
     writer: asyncio.Task | None = None
     persisted_start: int = -1  # the start offset the share coordinator holds
+    bytes_per_record: float = 0.0  # log bytes per offset in the last read (0 = not read yet)
 
 
 @dataclass(slots=True)
@@ -199,42 +208,66 @@ class SharePartitionManager:
         batch_optimized: bool,
         batch_size: int | None = None,
     ) -> Acquired | None:
-        """Read from the next fetch offset and acquire; None when nothing could be acquired."""
+        """Read from the next fetch offset and acquire up to `max_records`, reading at most
+        `max_bytes` of log (at least one batch); None when nothing could be acquired."""
         sp, partition = entry.sp, entry.partition
         assert sp is not None
         if max_records <= 0 or not sp.acquirable(partition.high_watermark):
             return None
         committed = self.setting(entry.key[0], "share.isolation.level") == "read_committed"
-        offset = sp.next_fetch_offset()
-        if offset < partition.log_start_offset:
-            sp.on_log_start_advanced(partition.log_start_offset)
+        pieces: list[Any] = []
+        ranges: list[Any] = []
+        taken = read_bytes = 0
+        while True:
             offset = sp.next_fetch_offset()
-        # Read only about what MaxRecords can use: parsing 50 MiB of batch headers to hand
-        # out 500 records dominated the fetch path (librdkafka asks for MaxBytes = 50 MiB).
-        try:
-            read = partition.read(offset, min(max_bytes, READ_CHUNK), read_committed=committed, min_one=True)
-        except KafkaErrorResponse:
-            return None
-        data = read.records
-        if not data:
-            return None
-        headers = [h for h, _ in iter_batches(data, allow_partial=True)]
-        ranges = sp.acquire(
-            member_id,
-            headers,
-            max_records,
-            batch_optimized=batch_optimized,
-            now_ms=self.now(),
-            aborted=read.aborted,
-            fetch_offset=offset,
-            batch_size=batch_size,
-        )
+            if offset < partition.log_start_offset:
+                sp.on_log_start_advanced(partition.log_start_offset)
+                offset = sp.next_fetch_offset()
+            # Read about what MaxRecords can still use: parsing 50 MiB of batch headers to hand
+            # out 500 records dominated the fetch path (librdkafka asks for MaxBytes = 50 MiB).
+            size = READ_CHUNK
+            if entry.bytes_per_record:
+                size = max(size, int((max_records - taken) * entry.bytes_per_record * 1.1))
+            size = min(size, max_bytes - read_bytes)
+            try:
+                read = partition.read(offset, size, read_committed=committed, min_one=not read_bytes)
+            except KafkaErrorResponse:
+                break
+            data = read.records
+            if not data:
+                break
+            batches = iter_batches(data, allow_partial=True)
+            headers = [h for h, _ in batches]
+            if not headers:
+                break
+            last = headers[-1].last_offset
+            read_bytes += batches.position
+            entry.bytes_per_record = batches.position / (last - headers[0].base_offset + 1)
+            got = sp.acquire(
+                member_id,
+                headers,
+                max_records - taken,
+                batch_optimized=batch_optimized,
+                now_ms=self.now(),
+                aborted=read.aborted,
+                fetch_offset=offset,
+                batch_size=batch_size,
+            )
+            if got:
+                pieces.append(_trim(data, headers, got))
+                ranges += got
+                taken += sum(r.last_offset - r.first_offset + 1 for r in got)
+            # Read on only if this read was used up (nothing in it is still acquirable: the
+            # records were taken, or are held by others) and there is room for more.
+            if taken >= max_records or read_bytes >= max_bytes or not sp.acquirable(partition.high_watermark):
+                break
+            if sp.next_fetch_offset() <= last:
+                break
         if not ranges:
             return None
         self._arm(entry)
-        return Acquired(
-            _trim(data, headers, ranges), [(r.first_offset, r.last_offset, r.delivery_count) for r in ranges]
-        )
+        records = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return Acquired(records, [(r.first_offset, r.last_offset, r.delivery_count) for r in ranges])
 
     # -- acknowledge ---------------------------------------------------------------
     async def acknowledge(self, entry: Entry, member_id: str, batches: Sequence[tuple]) -> tuple[int, str | None]:
