@@ -45,7 +45,7 @@ the two forms KIP-932 allows.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from operator import attrgetter
@@ -170,6 +170,33 @@ class AckTracker:
         p.buffer.extend(records)
         for o in gaps:
             p.pending[o] = GAP
+
+    def claim(
+        self, tp: TopicPartition, ranges: Sequence[tuple[int, int, int]], lock_deadline: float | None
+    ) -> frozenset[int]:
+        """Offsets of a new acquisition (first, last, delivery count ranges) that this consumer
+        still holds from an earlier one -- buffered, delivered or acknowledged and not answered
+        yet -- checked when the fetch answer arrives (it may be decoded later). The copies held
+        take the new lock deadline and delivery count and stay the live ones; the returned
+        offsets must not be handed out again (see ``_reacquired``)."""
+        p = self._parts.get(tp)
+        if p is None or not ranges or p.empty():
+            return frozenset()
+        lo, hi = min(f for f, _, _ in ranges), max(last for _, last, _ in ranges)
+        out: set[int] = set()
+        copies = {r.offset: r for r in p.buffer if lo <= r.offset <= hi}
+        for o in (*p.delivered, *p.renewing, *p.pending, *p.owed, *copies):
+            if o < lo or o > hi:
+                continue
+            count = next((c for f, last, c in ranges if f <= o <= last), None)
+            if count is None:
+                continue
+            out.add(o)
+            held = p.delivered.get(o) or p.renewing.get(o) or copies.get(o)
+            if held is not None:
+                held.acquisition_lock_deadline = lock_deadline
+                held.delivery_count = count
+        return frozenset(out)
 
     @staticmethod
     def _reacquired(

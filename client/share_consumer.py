@@ -206,13 +206,16 @@ class AsyncShareConsumer:
         deadline = loop.time() + max(timeout_ms, 0) / 1000
         try:
             while True:
+                self._fetcher.waiting = False  # fetches sent now are prefetches: they do not wait
                 self._raise_fatal()
                 if self._closed or self._closing:
                     raise ClientClosedError("the consumer was closed during poll")
                 if not self._tracker.renewing() or loop.time() >= deadline:
                     records = self._tracker.take_records(self._max_poll, time.monotonic())
+                    if not records and self._fetcher.has_raw():
+                        self._fetcher.decode()  # sends the next fetch first, then decodes
+                        records = self._tracker.take_records(self._max_poll, time.monotonic())
                     if records:
-                        self._fetcher.waiting = False
                         self._fetcher.after_poll()  # buffers may be empty now: prefetch
                         return records
                 remaining = deadline - loop.time()

@@ -33,6 +33,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from client.cluster import TopicPartition
@@ -65,8 +66,24 @@ __all__ = ["AcknowledgementCommitCallback", "ShareFetcher"]
 log = logging.getLogger("shoal.client.share")
 
 AcknowledgementCommitCallback = Callable[[dict[TopicPartition, set[int]], BaseException | None], None]
+_Sent = tuple[Any, asyncio.Future, float, BrokerConnection]  # (plan, response future, sent at, connection)
 
 _FATAL = frozenset({ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.UNSUPPORTED_VERSION})
+
+
+@dataclass(slots=True)
+class _Raw:
+    """One partition of a ShareFetch answer, kept as bytes until a poll needs its records."""
+
+    tp: TopicPartition
+    data: Any
+    ranges: list[tuple[int, int, int]]
+    lock_deadline: float | None
+    held: frozenset[int]  # offsets the application still had when the answer came (not handed out again)
+
+    @property
+    def size(self) -> int:
+        return sum(last - first + 1 for first, last, _ in self.ranges)
 
 
 class ShareFetcher:
@@ -109,6 +126,8 @@ class ShareFetcher:
         self._backoff: dict[int, tuple[float, int]] = {}  # node -> (not before, failures)
         self._pump_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._conns: dict[int, BrokerConnection] = {}  # last connection used per broker (sync sends)
+        self._raw: dict[int, list[_Raw]] = {}  # fetched, not decoded yet (see decode())
         self.running = False
         self._closing = False
         # True while a poll waits for records: fetches may then long-poll (fetch.max.wait.ms).
@@ -147,14 +166,31 @@ class ShareFetcher:
         return targets
 
     def after_poll(self) -> None:
-        """A poll handed out records. Acknowledgements for a broker that still has records buffered
-        (so no fetch is due there) go in a ShareAcknowledge; the others ride on the fetch that the
-        now empty buffer triggers."""
+        """A poll handed out records. Acknowledgements for a broker that still has a poll's worth
+        of records buffered (so no fetch is due there soon) go in a ShareAcknowledge; the others
+        ride on the fetch that the emptied buffer triggers -- at the latest after the next poll,
+        which takes what is left. Fewer requests carrying acknowledgements mean fewer durable
+        state writes on the broker."""
         self._prefetched.clear()
         for node in self._outbox:
-            if any(n == node and self._tracker.buffered(tp) for tp, n in self._ack_node.items()):
+            left = sum(self._tracker.buffered(tp) for tp, n in self._ack_node.items() if n == node)
+            left += sum(raw.size for raw in self._raw.get(node, ()))
+            if left >= self._max_records:
                 self._urgent.add(node)
         self.pump()
+
+    def has_raw(self) -> bool:
+        return bool(self._raw)
+
+    def decode(self) -> None:
+        """Turn fetched bytes into buffered records. The buffers look empty first, so the pump
+        sends the next fetch (with the acknowledgements owed) before the decoding starts: the
+        broker serves it while this process decodes and the application works."""
+        raws, self._raw = self._raw, {}
+        self.pump()
+        for items in raws.values():
+            for raw in items:
+                self._decode(raw)
 
     # -- acknowledgements: staging and results ---------------------------------------------
     def stage(self, tp: TopicPartition) -> PartitionAcks | None:
@@ -248,7 +284,7 @@ class ShareFetcher:
     def _fetchable(self, node: int, want: set[Key]) -> bool:
         if not want or not self._active() or (node in self._prefetched and not self.waiting):
             return False
-        return not any(self._tracker.buffered(self._key_tp[k]) for k in want)
+        return node not in self._raw and not any(self._tracker.buffered(self._key_tp[k]) for k in want)
 
     def _must_acknowledge(self, node: int, want: set[Key]) -> bool:
         """Whether the broker's outbox goes now in a ShareAcknowledge instead of waiting for a fetch."""
@@ -282,7 +318,9 @@ class ShareFetcher:
                 continue
             if self._has_work(node, wanted.get(node, set())):
                 self._busy.add(node)
-                self._spawn(self._rounds(node))
+                conn = self._conns.get(node)
+                sent = self._send(node, conn) if conn is not None and not conn.closed else None
+                self._spawn(self._rounds(node, sent))
         if retry_at is not None:
             self._schedule_pump((retry_at - now) / 1000)
 
@@ -315,15 +353,43 @@ class ShareFetcher:
         self._backoff[node] = (self._now() + delay, failures + 1)
 
     # -- one request round with one broker -----------------------------------------------------
-    async def _rounds(self, node: int) -> None:
-        """Requests to one broker, one at a time, for as long as it has work: the next request
-        goes out as soon as an answer is handled, before the application's task runs."""
+    async def _rounds(self, node: int, sent: _Sent | None) -> None:
+        """Requests to one broker, one at a time, for as long as it has work. With a live
+        connection the next request is written at once (``_send`` is synchronous): as soon as an
+        answer is handled, or while a poll is still running, before anything else gets the loop."""
         try:
-            while self.running and not self._closing and await self._round(node):
+            while self.running and not self._closing:
+                if sent is None:
+                    try:
+                        conn = await self._core.connection(node)
+                    except (KafkaClientError, KafkaErrorResponse) as e:
+                        log.debug("no connection to broker %s: %s", node, e)
+                        self._session_lost(node)
+                        self._node_failed(node)
+                        break
+                    self._conns[node] = conn
+                    sent = self._send(node, conn)
+                    if sent is None:
+                        break
+                plan, fut, sent_at, conn = sent
+                sent = None
+                try:
+                    resp = await fut
+                except (KafkaClientError, ProtocolError) as e:
+                    self._request_failed(node, plan, e)
+                    break
+                if isinstance(plan, FetchPlan):
+                    self._on_fetch(node, plan, resp, sent_at, conn)
+                else:
+                    self._on_acknowledge(node, plan, resp, sent_at)
                 if self._backoff.get(node, (0.0, 0))[0] > self._now():
                     break
                 if not self._has_work(node, self._wanted().get(node, set())):
                     break
+                if not conn.closed:
+                    sent = self._send(node, conn)
+                    if sent is None:
+                        break
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -333,33 +399,16 @@ class ShareFetcher:
             self._busy.discard(node)
             self.pump()
 
-    async def _round(self, node: int) -> bool:
-        """One request and its answer; False when there was nothing to send or it failed."""
-        try:
-            conn = await self._core.connection(node)
-        except (KafkaClientError, KafkaErrorResponse) as e:
-            log.debug("no connection to broker %s: %s", node, e)
-            self._session_lost(node)
-            self._node_failed(node)
-            return False
+    def _send(self, node: int, conn: BrokerConnection) -> _Sent | None:
+        """Build the broker's next request and write it now; None when there is nothing to send."""
         session = self._session(node)
         if session.conn is not None and session.conn is not conn:
             self._session_lost(node)
         built = self._build(node, conn)
         if built is None:
-            return False
+            return None
         plan, api, version, body = built
-        sent_at = time.monotonic()
-        try:
-            resp = await conn.request(api, body, version=version)
-        except (KafkaClientError, ProtocolError) as e:
-            self._request_failed(node, plan, e)
-            return False
-        if isinstance(plan, FetchPlan):
-            self._on_fetch(node, plan, resp, sent_at, conn)
-        else:
-            self._on_acknowledge(node, plan, resp, sent_at)
-        return True
+        return plan, conn.send(api, body, version=version), time.monotonic(), conn
 
     def _build(self, node: int, conn: BrokerConnection) -> tuple[Any, str, int, Any] | None:
         session = self._session(node)
@@ -444,6 +493,7 @@ class ShareFetcher:
         if session is not None:
             session.reset()
         dropped = self._tracker.drop_buffered(tp for tp, n in self._ack_node.items() if n == node)
+        dropped += sum(raw.size for raw in self._raw.pop(node, ()))
         if dropped:
             log.debug("dropped %d buffered records of broker %s: its session is gone", dropped, node)
 
@@ -466,7 +516,9 @@ class ShareFetcher:
         final = isinstance(plan, AckRequestPlan) and plan.final
         log.debug("share session on broker %s: error %s (%s); it is opened again", node, code, message)
         if code == ErrorCode.SHARE_SESSION_NOT_FOUND:
-            self._session_lost(node)  # whatever removed it may have released our records there
+            # Whatever removed the session has released our records there (a fetch racing the
+            # removal may have acquired a few since: those wait for their lock to run out).
+            self._session_lost(node)
         else:
             self._session(node).reset()
         err = BrokerResponseError(code, message)
@@ -497,7 +549,6 @@ class ShareFetcher:
         if lock_ms > 0:
             self.lock_timeout_ms = lock_ms
         deadline = sent_at + lock_ms / 1000 if lock_ms > 0 else None
-        cfg = self._config
         answered: set[Key] = set()
         got = errors = False
         for t in resp.responses:
@@ -516,31 +567,11 @@ class ShareFetcher:
                         self._refresh()
                 if not p.acquired_records or tp is None:
                     continue
-                ranges = [(a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records]
                 self._ack_node[tp] = node
-                try:
-                    records, gaps, unseen = decode_acquired(
-                        tp,
-                        p.records,
-                        ranges,
-                        deadline,
-                        check_crcs=cfg["check.crcs"],
-                        key_deserializer=cfg["key.deserializer"],
-                        value_deserializer=cfg["value.deserializer"],
-                    )
-                except (ProtocolError, ValueError) as e:
-                    log.warning("cannot decode records of %s from broker %s: %s; releasing them", tp, node, e)
-                    every = (o for f, last, _ in ranges for o in range(f, last + 1))
-                    self._tracker.add_pending(tp, every, AcknowledgeType.RELEASE)
-                    continue
-                if unseen:
-                    self._tracker.add_pending(tp, unseen, AcknowledgeType.RELEASE)
-                if tp not in self.assigned:  # revoked while the fetch was out: give them back
-                    self._tracker.add_pending(tp, (r.offset for r in records), AcknowledgeType.RELEASE)
-                    self._tracker.add_acquired(tp, (), gaps)
-                    continue
-                self._tracker.add_acquired(tp, records, gaps)
-                got = got or bool(records)
+                ranges = [(a.first_offset, a.last_offset, a.delivery_count) for a in p.acquired_records]
+                held = self._tracker.claim(tp, ranges, deadline)
+                self._raw.setdefault(node, []).append(_Raw(tp, p.records, ranges, deadline, held))
+                got = True
         for key, pa in plan.acks.items():
             if key not in answered:
                 self._finish(pa, None)
@@ -548,6 +579,34 @@ class ShareFetcher:
             self._wake()
         elif errors:
             self._node_failed(node)
+
+    def _decode(self, raw: _Raw) -> None:
+        tp, ranges, cfg = raw.tp, raw.ranges, self._config
+        try:
+            records, gaps, unseen = decode_acquired(
+                tp,
+                raw.data,
+                ranges,
+                raw.lock_deadline,
+                check_crcs=cfg["check.crcs"],
+                key_deserializer=cfg["key.deserializer"],
+                value_deserializer=cfg["value.deserializer"],
+            )
+        except (ProtocolError, ValueError) as e:
+            log.warning("cannot decode records of %s: %s; releasing them", tp, e)
+            every = (o for f, last, _ in ranges for o in range(f, last + 1))
+            self._tracker.add_pending(tp, every, AcknowledgeType.RELEASE)
+            return
+        if raw.held:
+            records = [r for r in records if r.offset not in raw.held]
+            gaps = [o for o in gaps if o not in raw.held]
+            unseen = [o for o in unseen if o not in raw.held]
+        if unseen:
+            self._tracker.add_pending(tp, unseen, AcknowledgeType.RELEASE)
+        if tp not in self.assigned:  # revoked meanwhile: give them back
+            self._tracker.add_pending(tp, (r.offset for r in records), AcknowledgeType.RELEASE)
+            records = []
+        self._tracker.add_acquired(tp, records, gaps)
 
     def _on_acknowledge(self, node: int, plan: AckRequestPlan, resp: Any, sent_at: float) -> None:
         if resp.error_code:

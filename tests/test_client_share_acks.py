@@ -201,6 +201,26 @@ def test_offsets_acquired_again_while_held_are_not_handed_out_twice() -> None:
     assert t.take(TP).acks == {0: ACCEPT}
 
 
+def test_claim_finds_held_offsets_of_a_new_acquisition() -> None:
+    t = tracker(offsets=[0, 1, 2, 3])
+    a, b, c, d = t.take_records(10)
+    t.acknowledge(b)
+    pa = t.take(TP)  # b on its way
+    t.acknowledge(c, AcknowledgeType.REJECT)  # c pending
+    assert t.claim(TP, [(0, 2, 2), (5, 9, 1)], 7.0) == {0, 1, 2}
+    assert (a.delivery_count, a.acquisition_lock_deadline) == (2, 7.0)
+    assert (d.delivery_count, d.acquisition_lock_deadline) == (1, None)  # not in the new acquisition
+    t.complete(pa, None)
+    assert t.claim(TP, [(0, 2, 2)], 7.0) == {0, 2}
+    assert t.claim(TP2, [(0, 2, 2)], 7.0) == frozenset()
+    t.add_acquired(TP2, [rec(4, TP2), rec(5, TP2)])
+    assert t.claim(TP2, [(5, 6, 3)], 8.0) == {5}  # a buffered copy is held too, and takes the new lock
+    assert [(r.offset, r.delivery_count, r.acquisition_lock_deadline) for r in t.take_records(10)] == [
+        (4, 1, None),
+        (5, 3, 8.0),
+    ]
+
+
 def test_a_newer_acquisition_replaces_a_stale_buffered_copy() -> None:
     t = tracker(offsets=[0, 1])
     t.add_acquired(TP, [rec(1, count=2), rec(2)])

@@ -477,7 +477,9 @@ async def test_a_consumer_that_stops_polling_leaves_and_rejoins_on_the_next_poll
         produce(broker.bootstrap, "cs-stall", 2, start=3)
         again = await poll_until(sc, 2, timeout=15)
         assert _members(broker.port, "g-stall") == 1
-    assert sorted(r.offset for r in again) == [3, 4]  # the first 3 were accepted by the later poll
+    # The first three were accepted by the later poll, unless the broker had released them when
+    # the member left (Shoal does): then that ACCEPT fails and they come back (at least once).
+    assert {3, 4} <= {r.offset for r in again} <= {0, 1, 2, 3, 4}
 
 
 async def test_shares_the_work_with_librdkafka_share_consumer(broker) -> None:

@@ -15,7 +15,7 @@ import pytest
 from client.cluster import TopicPartition
 from client.errors import KafkaConnectionError
 from client.share_consumer import AcknowledgeType, AsyncShareConsumer
-from tests.test_client_share_consumer import poll_until, produce, setup
+from tests.test_client_share_consumer import acknowledged_up_to, poll_until, produce, setup
 from tests.test_share_fetch_clients import FAST
 
 
@@ -78,8 +78,8 @@ async def test_consumers_resume_after_a_restart_and_accepted_records_stay_accept
         restarted_at = time.monotonic()
         await asyncio.to_thread(b.start)
         deadline = time.monotonic() + 45
-        while len(confirmed) < n and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        while acknowledged_up_to(b.port, group) != [(n, 0)] and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)  # anything accepted must not come back
         stop.set()
         await asyncio.gather(*tasks)
@@ -91,7 +91,11 @@ async def test_consumers_resume_after_a_restart_and_accepted_records_stay_accept
             t.cancel()
         for sc in consumers:
             await sc.close()
-    assert sorted(confirmed) == list(range(n)), f"{n - len(confirmed)} records never accepted"
+    # Every record is durably accepted (the broker's persisted state), each was delivered, and
+    # most ACCEPTs were confirmed (one whose answer died with the broker is not, although applied).
+    assert acknowledged_up_to(b.port, group) == [(n, 0)]
+    assert {o for o, _, _ in deliveries} == set(range(n))
+    assert len(confirmed) > n * 0.9
     # The one guarantee: once the broker confirmed an ACCEPT, the record never comes back. (An
     # ACCEPT made just before the stop and sent after the restart may be confirmed too although
     # the record went to the other consumer meanwhile: SharePartition answers acknowledgements of
@@ -119,8 +123,9 @@ async def test_acknowledgements_lost_with_the_broker_are_reported_failed(broker_
         sc.subscribe([topic])
         got = await poll_until(sc, 10)
         assert len(got) == 10
+        await asyncio.sleep(0.5)  # prefetches still out are answered (nothing left to fetch): idle
         for r in got:
-            sc.acknowledge(r, AcknowledgeType.ACCEPT)
+            sc.acknowledge(r, AcknowledgeType.ACCEPT)  # pending until the commit
         assert b.proc is not None
         os.kill(b.proc.pid, signal.SIGSTOP)
         commit = asyncio.create_task(sc.commit_sync(20_000))
