@@ -9,10 +9,16 @@ held and owed); this module moves them to sockets:
   a failure has one clear meaning. ``pump()`` looks at every broker that is
   idle and has work -- acknowledgements to send, partitions to fetch with
   nothing buffered for them, an idle session to close -- and starts a round
-  for it; every round ends by pumping again.
-* **Prefetch**: a broker whose partitions have nothing buffered gets a
-  ShareFetch right away, also while the application works on the previous
-  poll's records; at most one response per broker is buffered.
+  for it. With a live connection the request is written at once, inside the
+  call (``_send`` is synchronous), and the next one as soon as an answer is
+  handled: the broker never waits for this process's other work.
+* **Prefetch, without holding more**: fetched bytes stay undecoded until a
+  poll needs them (``decode()``); the buffers then look empty, so the next
+  ShareFetch goes out *before* the decoding starts and the broker serves it
+  while this process decodes and the application works. At most one answer
+  per broker waits beyond what the application was given. A fetch sent while
+  no poll waits is a prefetch: MaxWaitMs 0 (acknowledgements made meanwhile
+  never queue behind a long poll), once per broker per poll.
 * **Acknowledgements** the application made ride on the next ShareFetch to
   their broker; ``stage()`` moves them to the broker's *outbox*, which must
   go soon: with a fetch if one is due, else in a ShareAcknowledge (which

@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from client.cluster import TopicPartition
-from client.errors import BrokerResponseError, IllegalStateError
+from client.errors import BrokerResponseError, ClientClosedError, ConfigError, IllegalStateError
 from client.share_consumer import AcknowledgeType, AsyncShareConsumer
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode
@@ -72,6 +72,36 @@ async def poll_until(sc: AsyncShareConsumer, want: int, timeout: float = 20.0, a
                 sc.acknowledge(r, ack)
         out += got
     return out
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({}, "group.id"),
+        ({"group.id": ""}, "group.id"),
+        ({"group.id": "g", "share.acknowledgement.mode": "manual"}, "share.acknowledgement.mode"),
+        ({"group.id": "g", "share.acquire.mode": "greedy"}, "share.acquire.mode"),
+        ({"group.id": "g", "max.poll.records": 0}, "max.poll.records"),
+        ({"group.id": "g", "enable.auto.commit": True}, "enable.auto.commit"),
+    ],
+)
+def test_bad_configuration_fails_at_construction_naming_the_key(config, key) -> None:
+    with pytest.raises(ConfigError) as e:
+        AsyncShareConsumer({"bootstrap.servers": "127.0.0.1:1", **config})
+    assert e.value.key == key
+
+
+async def test_misuse_of_the_consumer_object_raises(broker) -> None:
+    sc = consumer(broker, "g-misuse-obj")
+    with pytest.raises(IllegalStateError, match="not subscribed"):
+        await sc.poll(10)
+    await sc.start()
+    await sc.close()
+    with pytest.raises(ClientClosedError):
+        await sc.poll(10)
+    with pytest.raises(ClientClosedError):
+        sc.subscribe(["t"])
+    await sc.close()  # twice is fine
 
 
 async def test_four_consumers_on_one_partition_get_every_record_exactly_once(broker) -> None:
@@ -318,6 +348,24 @@ async def test_close_sends_pending_acknowledgements_and_releases_the_rest(broker
         back = await poll_until(other, 4, timeout=15)
         back += await poll_until(other, 1, timeout=1.0)  # and nothing else
     assert sorted(r.offset for r in back) == sorted(r.offset for r in got[6:])
+
+
+async def test_implicit_close_releases_the_last_poll_unless_committed(broker) -> None:
+    """As Kafka's client: implicit acknowledgement happens on the next poll or commit, so close()
+    releases the last poll's records; commit_sync before it accepts them."""
+    setup(broker, "cs-iclose", "g-iclose")
+    produce(broker.bootstrap, "cs-iclose", 4)
+    async with consumer(broker, "g-iclose", max_poll_records=2) as sc:
+        sc.subscribe(["cs-iclose"])
+        first = await poll_until(sc, 2)
+        assert await sc.commit_sync() == {TopicPartition("cs-iclose", 0): None}
+        second = await poll_until(sc, 2)
+    async with consumer(broker, "g-iclose") as other:
+        other.subscribe(["cs-iclose"])
+        back = await poll_until(other, 2, timeout=10)
+        back += await poll_until(other, 1, timeout=1.0)
+    assert len(first) == len(second) == 2
+    assert sorted(r.offset for r in back) == sorted(r.offset for r in second)
 
 
 async def test_max_poll_records_in_both_acquire_modes(broker) -> None:
