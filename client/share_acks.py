@@ -108,20 +108,30 @@ class PartitionAcks:
 
     tp: TopicPartition
     acks: dict[int, int]
+    has_renew: bool = None  # type: ignore[assignment]  # None: worked out from acks
+    internal: set[int] = field(default_factory=set)  # offsets the client acknowledged on its own
     waiters: list[Any] = field(default_factory=list)
     error: BaseException | None = None
     done: bool = False
 
-    @property
-    def has_renew(self) -> bool:
-        return RENEW in self.acks.values()
+    def __post_init__(self) -> None:
+        if self.has_renew is None:
+            self.has_renew = RENEW in self.acks.values()
+
+    def merge(self, other: PartitionAcks) -> None:
+        """Take ``other``'s acknowledgements (of other offsets of the same partition) into this one."""
+        self.acks.update(other.acks)
+        self.has_renew = self.has_renew or other.has_renew
+        self.internal |= other.internal
 
     def batches(self) -> list[AckBatch]:
         return ack_batches(self.acks)
 
     def offsets(self) -> set[int]:
-        """Offsets the application acknowledged (GAP bookkeeping left out)."""
-        return {o for o, t in self.acks.items() if t != GAP}
+        """Offsets the application acknowledged: not GAPs, not records the client gave back
+        on its own (fetched and never handed out)."""
+        internal = self.internal
+        return {o for o, t in self.acks.items() if t != GAP and o not in internal}
 
 
 @dataclass(slots=True)
@@ -132,6 +142,7 @@ class _Partition:
     renewing: dict[int, ConsumerRecord] = field(default_factory=dict)
     renewed: list[ConsumerRecord] = field(default_factory=list)
     owed: set[int] = field(default_factory=set)  # offsets in PartitionAcks taken and not completed
+    internal: set[int] = field(default_factory=set)  # pending offsets the client acknowledged on its own
     in_flight: int = 0  # PartitionAcks taken and not completed
 
     def empty(self) -> bool:
@@ -322,7 +333,10 @@ class AckTracker:
         acks, p.pending = p.pending, {}
         p.in_flight += 1
         p.owed.update(acks)
-        return PartitionAcks(tp, acks)
+        internal = set()
+        if p.internal:
+            internal, p.internal = p.internal, set()
+        return PartitionAcks(tp, acks, bool(p.renewing) and RENEW in acks.values(), internal)
 
     def complete(self, pa: PartitionAcks, error: BaseException | None, lock_deadline: float | None = None) -> None:
         """The broker answered for ``pa`` (``error`` None: applied). Renewed records come back
@@ -360,8 +374,10 @@ class AckTracker:
         """Acknowledge acquired offsets the application never saw (RELEASE of records that
         cannot be handed out, GAP)."""
         p = self._part(tp)
+        kind = int(kind)
         for o in offsets:
-            p.pending[o] = int(kind)
+            p.pending[o] = kind
+            p.internal.add(o)
 
     def requeue(self, pa: PartitionAcks) -> None:
         """The broker certainly did not apply ``pa``: its acknowledgements are pending again."""
@@ -373,6 +389,7 @@ class AckTracker:
         p.owed.difference_update(pa.acks)
         for o, t in pa.acks.items():
             p.pending.setdefault(o, t)
+        p.internal |= pa.internal
 
     # -- assignment changes ------------------------------------------------------------
     def release_buffered(self, tp: TopicPartition) -> int:
@@ -383,6 +400,7 @@ class AckTracker:
         n = len(p.buffer)
         for r in p.buffer:
             p.pending[r.offset] = RELEASE
+            p.internal.add(r.offset)
         p.buffer.clear()
         return n
 

@@ -212,7 +212,7 @@ class ShareFetcher:
         if pa is None:
             box[tp] = fresh
             return fresh
-        pa.acks.update(fresh.acks)
+        pa.merge(fresh)
         self._tracker.complete_merged(fresh)
         return pa
 
@@ -241,8 +241,7 @@ class ShareFetcher:
         if error is not None:
             log.debug("acknowledgements of %s failed: %s", pa.tp, error)
         cb = self.callback
-        offsets = pa.offsets()
-        if cb is not None and offsets:
+        if cb is not None and (offsets := pa.offsets()):
             try:
                 cb({pa.tp: offsets}, error)
             except Exception:
@@ -260,7 +259,7 @@ class ShareFetcher:
             if waiting is None:
                 box[pa.tp] = pa
             else:
-                waiting.acks.update(pa.acks)
+                waiting.merge(pa)
                 waiting.waiters += pa.waiters  # whoever waited for pa now waits for the merged entry
                 pa.waiters.clear()
                 self._tracker.complete_merged(pa)

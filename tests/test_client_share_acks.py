@@ -230,9 +230,12 @@ def test_a_newer_acquisition_replaces_a_stale_buffered_copy() -> None:
 
 def test_release_buffered_and_drop_buffered() -> None:
     t = tracker(offsets=range(4))
-    t.take_records(1)
+    (first,) = t.take_records(1)
     assert t.release_buffered(TP) == 3
-    assert t.take(TP).acks == {1: RELEASE, 2: RELEASE, 3: RELEASE}
+    t.acknowledge(first, AcknowledgeType.REJECT)
+    pa = t.take(TP)
+    assert pa.acks == {0: REJECT, 1: RELEASE, 2: RELEASE, 3: RELEASE}
+    assert pa.offsets() == {0}  # the client's own releases are not reported as the application's
     t2 = tracker(offsets=range(4))
     assert t2.drop_buffered([TP]) == 4
     assert t2.take_records(10) == [] and not t2.holds(TP)
