@@ -189,7 +189,10 @@ class AsyncShareConsumer:
 
         First settles the previous poll: implicit mode accepts its records
         that were not acknowledged; explicit mode raises ``IllegalStateError``
-        if any is left. Raises the group's fatal error, if one happened.
+        if any is left. Raises the group's fatal error, if one happened, and
+        ``RecordDeserializationError`` for a record a deserializer failed on
+        (that record is released, so it comes back until the group's delivery
+        limit archives it; the records fetched with it come with the next poll).
         """
         self._check_usable()
         if not self._membership.subscription:
@@ -214,6 +217,10 @@ class AsyncShareConsumer:
                     records = self._tracker.take_records(self._max_poll, time.monotonic())
                     if not records and self._fetcher.has_raw():
                         self._fetcher.decode()  # sends the next fetch first, then decodes
+                        failed, self._fetcher.deserialization_error = self._fetcher.deserialization_error, None
+                        if failed is not None:
+                            self._fetcher.after_poll()
+                            raise failed  # the records around it come with the next poll
                         records = self._tracker.take_records(self._max_poll, time.monotonic())
                     if records:
                         self._fetcher.after_poll()  # buffers may be empty now: prefetch

@@ -51,6 +51,7 @@ from client.errors import (
     ClientClosedError,
     KafkaClientError,
     KafkaConnectionError,
+    RecordDeserializationError,
     UnsupportedVersionError,
 )
 from client.share_acks import AcknowledgeType, AckTracker, PartitionAcks
@@ -119,6 +120,7 @@ class ShareFetcher:
         self._max_records = config["max.poll.records"]
         self.callback: AcknowledgementCommitCallback | None = None
         self.fatal: BaseException | None = None
+        self.deserialization_error: RecordDeserializationError | None = None  # for the next poll to raise
         self.lock_timeout_ms: int | None = None
         self.assigned: set[TopicPartition] = set()
         self._sessions: dict[int, ShareSession] = {}
@@ -589,13 +591,7 @@ class ShareFetcher:
         tp, ranges, cfg = raw.tp, raw.ranges, self._config
         try:
             records, gaps, unseen = decode_acquired(
-                tp,
-                raw.data,
-                ranges,
-                raw.lock_deadline,
-                check_crcs=cfg["check.crcs"],
-                key_deserializer=cfg["key.deserializer"],
-                value_deserializer=cfg["value.deserializer"],
+                tp, raw.data, ranges, raw.lock_deadline, check_crcs=cfg["check.crcs"]
             )
         except (ProtocolError, ValueError) as e:
             log.warning("cannot decode records of %s: %s; releasing them", tp, e)
@@ -608,10 +604,34 @@ class ShareFetcher:
             unseen = [o for o in unseen if o not in raw.held]
         if unseen:
             self._tracker.add_pending(tp, unseen, AcknowledgeType.RELEASE)
+        if cfg["key.deserializer"] is not None or cfg["value.deserializer"] is not None:
+            records = self._deserialize(tp, records)
         if tp not in self.assigned:  # revoked meanwhile: give them back
             self._tracker.add_pending(tp, (r.offset for r in records), AcknowledgeType.RELEASE)
             records = []
         self._tracker.add_acquired(tp, records, gaps)
+
+    def _deserialize(self, tp: TopicPartition, records: list) -> list:
+        """Apply the deserializers. A record they fail on is not handed out: it is RELEASEd (so
+        it comes back, and is archived at the group's delivery limit) and the next poll raises
+        RecordDeserializationError for it; the records around it are handed out as usual."""
+        kd, vd = self._config["key.deserializer"], self._config["value.deserializer"]
+        good, bad = [], []
+        for r in records:
+            try:
+                if kd is not None:
+                    r.key = kd(r.key)
+                if vd is not None:
+                    r.value = vd(r.value)
+            except Exception as e:  # noqa: BLE001 - any failure of application code
+                bad.append(r.offset)
+                if self.deserialization_error is None:
+                    self.deserialization_error = RecordDeserializationError(tp, r.offset, e)
+                continue
+            good.append(r)
+        if bad:
+            self._tracker.add_pending(tp, bad, AcknowledgeType.RELEASE)
+        return good
 
     def _on_acknowledge(self, node: int, plan: AckRequestPlan, resp: Any, sent_at: float) -> None:
         if resp.error_code:

@@ -15,7 +15,13 @@ from collections import Counter
 import pytest
 
 from client.cluster import TopicPartition
-from client.errors import BrokerResponseError, ClientClosedError, ConfigError, IllegalStateError
+from client.errors import (
+    BrokerResponseError,
+    ClientClosedError,
+    ConfigError,
+    IllegalStateError,
+    RecordDeserializationError,
+)
 from client.share_consumer import AcknowledgeType, AsyncShareConsumer
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode
@@ -366,6 +372,30 @@ async def test_implicit_close_releases_the_last_poll_unless_committed(broker) ->
         back += await poll_until(other, 1, timeout=1.0)
     assert len(first) == len(second) == 2
     assert sorted(r.offset for r in back) == sorted(r.offset for r in second)
+
+
+async def test_a_record_the_deserializer_fails_on_is_raised_released_and_finally_archived(broker) -> None:
+    setup(broker, "cs-deser", "g-deser", share_delivery_count_limit="2")
+    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0, "linger.ms": 5})
+    for v in (b"1", b"oops", b"3"):
+        p.produce("cs-deser", value=v)
+    assert p.flush(10) == 0
+    raised: list[int] = []
+    values: list[int] = []
+    async with consumer(broker, "g-deser", value_deserializer=lambda b: int(b)) as sc:
+        sc.subscribe(["cs-deser"])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (len(raised) < 2 or len(values) < 2):
+            try:
+                values += [r.value for r in await sc.poll(200)]
+            except RecordDeserializationError as e:
+                assert (e.partition, e.offset) == (TopicPartition("cs-deser", 0), 1)
+                assert isinstance(e.__cause__, ValueError)
+                raised.append(e.offset)
+        values += [r.value for r in await poll_until(sc, 1, timeout=1.5)]  # archived now: nothing comes
+        await sc.commit_sync()
+    assert sorted(values) == [1, 3]
+    assert raised == [1, 1]  # delivered twice (the group's limit), then archived
 
 
 async def test_max_poll_records_in_both_acquire_modes(broker) -> None:
