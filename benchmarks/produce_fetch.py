@@ -11,11 +11,11 @@ Starts a broker process (temporary data dir, 127.0.0.1, free port) and prints:
   * the same produce with our codec as the client (pre-built 1 MiB batches,
     8 requests in flight): what the broker itself sustains when the client
     is not the limit;
-  * the same loopback with the server writing every byte into a file
-    (os.write to the page cache, in the same temporary directory): not a
-    target, context — what storing new bytes costs on this machine at that
-    point of the run (a VM whose fresh page-cache pages are slow to fault in
-    shows it here);
+  * context, measured after the produce rows: the same loopback with the
+    server os.writing every byte into a new file — what storing new bytes
+    costs at that point of the run. On a VM whose fresh page-cache pages
+    fault in slowly once recently freed memory is used up, it drops to a few
+    hundred MB/s, and so does any produce that runs in that state;
   * fetch MB/s (librdkafka consumer, and our codec with 32 MiB fetches);
   * each figure as a share of raw loopback;
   * produce-to-consume latency (median, p99) at low load;
@@ -598,19 +598,19 @@ def main() -> None:
                         if name == "confluent" and size > 1024 and acks == "1":
                             fetch_topic, fetch_bytes = topic, n * size
             pumped = 0
-            pump_rate = 0.0
             for acks in (1, -1):
                 topic = f"bench-pump-{acks}"
                 create_topic(bs, topic)
                 rate, written = codec_pump_produce(bs, topic, acks, volume * 2)
                 pumped = pumped or written
-                pump_rate = pump_rate or rate
                 print(f"{'codec pump':14} {16:>5}Ki {acks:>4} {rate / MIB:8.1f} {rate / 16384:10.0f} {rate / raw:6.0%}")
             assert fetch_topic is not None
+            # After the produce rows, so it cannot disturb them: it measures storing
+            # new bytes as things stand now, with the runs above in the page cache.
             into_file = loopback_into_file(tmp, volume * 2)
             print(
-                f"\ncontext: loopback into a file (the pump's server os.writes what it gets): {into_file / MIB:8.1f} MB/s "
-                f"{into_file / raw:6.0%} of raw; codec pump acks=1 reached {pump_rate / into_file:.0%} of it"
+                f"\ncontext, not a target: loopback whose server os.writes all it gets into a new file, "
+                f"now: {into_file / MIB:8.1f} MB/s {into_file / raw:6.0%} of raw"
             )
             print()
             rate = fetch_confluent(bs, fetch_topic, fetch_bytes)
