@@ -15,7 +15,9 @@ connection and match responses by correlation id, but expect them in request
 order. Each request gets a slot in a FIFO; handlers may finish out of order
 (a produce waiting for fsync, a fetch long-polling), and a response is written
 only when every earlier slot has been written. acks=0 produces leave their slot
-empty: Kafka sends nothing for them.
+empty: Kafka sends nothing for them. Responses that become ready in the same
+turn of the event loop go out in one write (one syscall, one wakeup of the
+client) from a callback scheduled by the first of them.
 
 Backpressure: we stop reading when too many requests are queued
 (queued.max.requests) or when the transport's write buffer is over its high
@@ -91,6 +93,8 @@ class Connection(asyncio.BufferedProtocol):
         self._expect = 0  # size of the last large frame: the next read goes into a pooled buffer
         self._spec: bytearray | None = None  # that buffer, handed to the transport
         self._slots: deque[_Slot] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._write_scheduled = False
         self._reading_paused = False
         self._write_paused = False
         self._closed = False
@@ -104,6 +108,10 @@ class Connection(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
         transport.set_write_buffer_limits(high=4 * 1024 * 1024)
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # driven by hand (tests): responses are written at once
+            self._loop = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -255,10 +263,17 @@ class Connection(asyncio.BufferedProtocol):
             return
         slot.done = True
         slot.payload = body
-        if self._slots and self._slots[0].done:
-            self._write_ready()
+        if self._slots and self._slots[0].done and not self._write_scheduled:
+            if self._loop is None:
+                self._write_ready()
+            else:
+                self._write_scheduled = True
+                self._loop.call_soon(self._write_ready)
 
     def _write_ready(self) -> None:
+        self._write_scheduled = False
+        if self._closed:
+            return
         slots = self._slots
         transport = self.transport
         out: list = []

@@ -17,6 +17,7 @@ its bytes are written.
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from typing import Any
 
@@ -97,18 +98,44 @@ def handle_produce(broker: Any, ctx: Any, req: Any) -> Any:
     return body
 
 
-async def _after_write(
+def _after_write(
     broker: Any, pending: list[tuple[Any, asyncio.Future]], written: list[tuple[Any, int]], body: Any
-) -> Any:
-    """Answer once the writes in flight are done and, for acks=-1, fsynced."""
-    for pr, fut in pending:
-        error = await fut
+) -> asyncio.Future:
+    """A future of the response, set once the writes in flight are done and, for
+    acks=-1, fsynced. Chained callbacks rather than a coroutine: no Task per request."""
+    answer = asyncio.get_running_loop().create_future()
+    left = len(pending)
+
+    def flushed(done: asyncio.Future) -> None:
+        error = done.exception()
+        if answer.done():  # the connection went away
+            return
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(body)
+
+    def all_written() -> None:
+        durable = [(p, end) for p, end in written if p.log.failed is None]
+        if durable:
+            asyncio.gather(*(broker.flusher.flush(p.log, end) for p, end in durable)).add_done_callback(flushed)
+        elif not answer.done():
+            answer.set_result(body)
+
+    def one_written(pr: Any, fut: asyncio.Future) -> None:
+        nonlocal left
+        error = fut.result()
         if error is not None:
             pr.error_code, pr.error_message, pr.base_offset = ErrorCode.KAFKA_STORAGE_ERROR, str(error), -1
-    durable = [(p, end) for p, end in written if p.log.failed is None]
-    if durable:
-        await asyncio.gather(*(broker.flusher.flush(p.log, end) for p, end in durable))
-    return body
+        left -= 1
+        if left == 0:
+            all_written()
+
+    for pr, fut in pending:
+        fut.add_done_callback(functools.partial(one_written, pr))
+    if not pending:
+        all_written()
+    return answer
 
 
 def handle_init_producer_id(broker: Any, ctx: Any, req: Any) -> Any:
