@@ -85,8 +85,9 @@ def handle_produce(broker: Any, ctx: Any, req: Any) -> Any:
                 pending.append((pr, result.written))
             elif result.appended:
                 broker.on_append(partition)  # written already (an async write wakes fetches itself)
-            if result.appended:
-                written.append((partition, result.end_offset))
+            # A retried duplicate waits for durability up to its original's end too: the
+            # original may still be waiting for its fsync, and "stored" must mean durable.
+            written.append((partition, result.end_offset))
     body = cls(responses=responses, throttle_time_ms=0)
     if acks == 0:
         if any_error:
