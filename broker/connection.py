@@ -96,6 +96,7 @@ class Connection(asyncio.BufferedProtocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._write_scheduled = False
         self._reading_paused = False
+        self._draining = False
         self._write_paused = False
         self._closed = False
         self.last_active = server.clock.monotonic_ms()
@@ -300,13 +301,18 @@ class Connection(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is None or self._closed:
             return
-        should_pause = self._write_paused or len(self._slots) >= self.max_queued
+        should_pause = self._write_paused or self._draining or len(self._slots) >= self.max_queued
         if should_pause and not self._reading_paused:
             self._reading_paused = True
             transport.pause_reading()
         elif not should_pause and self._reading_paused:
             self._reading_paused = False
             transport.resume_reading()
+
+    def stop_reading(self) -> None:
+        """Shutdown: take no new requests; those in flight still get their answers."""
+        self._draining = True
+        self._update_reading()
 
     @property
     def in_flight(self) -> int:

@@ -60,7 +60,9 @@ class Server:
             srv.close()
 
     async def drain(self, timeout: float) -> None:
-        """Wait (bounded) until no connection has a request in flight."""
+        """Stop reading requests, then wait (bounded) until no connection has one in flight."""
+        for conn in list(self.connections):
+            conn.stop_reading()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while any(c.in_flight for c in self.connections) and loop.time() < deadline:

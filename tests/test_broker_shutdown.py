@@ -1,0 +1,70 @@
+"""SIGTERM under load: the broker stops taking requests, answers those in flight, and exits.
+
+A client keeps two long-polling fetches in flight at all times. If the broker
+kept reading new requests while draining, it would never see an idle moment
+and would sit out its whole drain timeout (5 s); it must instead stop reading,
+let the fetches in flight finish (MaxWaitMs 500 ms), and exit 0 promptly.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+from protocol.api import api_by_name
+from tests.brokers import RawClient
+from tests.test_broker_protocol import create
+
+F = api_by_name("Fetch").request_class()
+
+
+def fetch_body(topic: str) -> F:
+    return F(
+        replica_id=-1,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            F.FetchTopic(
+                topic=topic,
+                partitions=[F.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)],
+            )
+        ],
+    )
+
+
+def test_sigterm_under_a_stream_of_long_polls_exits_promptly(broker_factory, topic_name) -> None:
+    b = broker_factory()
+    b.start()
+    with RawClient(b.port) as c:
+        assert create(c, topic_name).error_code == 0
+    answered = []
+    stop = threading.Event()
+
+    def hammer() -> None:
+        try:
+            with RawClient(b.port, timeout=30) as c:
+                c.send("Fetch", 11, fetch_body(topic_name))
+                while not stop.is_set():
+                    c.send("Fetch", 11, fetch_body(topic_name))  # two in flight from here on
+                    answered.append(c.receive("Fetch", 11))
+        except (ConnectionError, OSError):
+            pass
+
+    t = threading.Thread(target=hammer, daemon=True)
+    t.start()
+    time.sleep(1.5)
+    assert answered, "the client got no answers before shutdown"
+    start = time.monotonic()
+    b.proc.send_signal(signal.SIGTERM)
+    rc = b.proc.wait(30)
+    took = time.monotonic() - start
+    stop.set()
+    t.join(10)
+    assert rc == 0
+    print(f"shutdown took {took:.2f} s")
+    assert took < 3.0, f"shutdown took {took:.1f} s: the broker kept taking requests while draining"
