@@ -19,9 +19,13 @@ group *member*, with a lock held by that member; Spark's executors are not
 members and cannot acknowledge, so the driver-side reader is the member and
 each planned partition carries its rows (Arrow IPC bytes) to the executors.
 Throughput is bounded by one process decoding and shipping the stream, and a
-micro-batch is at most what one poll returns (one ShareFetch answer:
-``kafka.fetch.max.bytes``; Shoal's broker reads up to 1 MiB per share
-partition per fetch), so batches grow with the number of partitions. For
+micro-batch is at most what one poll returns: one ShareFetch answer, i.e. at
+most ``kafka.fetch.max.bytes`` (the broker splits it evenly across the
+partitions) and at most the group's ``share.partition.max.record.locks``
+records per partition (the in-flight limit: 2,000 by default, up to the
+broker's ``group.share.max.partition.max.record.locks``). Spark's cost per
+micro-batch is a few tenths of a second whatever its size, so rows/s grow
+with rows per batch: raise the group's in-flight limit for throughput. For
 backfills use the batch reader, which reads on the executors.
 
 How it maps onto Spark's Python stream-reader protocol (pyspark 4.x):
@@ -43,10 +47,12 @@ How it maps onto Spark's Python stream-reader protocol (pyspark 4.x):
   with the broker, which delivers it again.
 * ``partitions(start, end)`` returns the held records of the batch, in
   (topic, partition, offset) order cut into tasks of about 16k rows (at least
-  ``minPartitions``), so retries and repeated actions see identical rows. A replayed batch that this process does not hold (a
-  restarted query re-running its last planned batch) yields nothing: its
-  records were released when the old process ended and the broker delivers
-  them again.
+  ``minPartitions``), so retries and repeated actions see identical rows.
+  The tasks' Arrow payloads are built on a thread as soon as
+  ``latestOffset`` planned the batch, while Spark writes its offset log. A
+  replayed batch that this process does not hold (a restarted query
+  re-running its last planned batch) yields nothing: its records were
+  released when the old process ended and the broker delivers them again.
 * A task of the loop RENEWs every held record once a third of the earliest
   lock has passed, so a slow batch keeps its records (``share.lock.renew``,
   default true). KIP-1222's renewed records come back from the next poll,
@@ -376,7 +382,8 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.config = self.options.stream_client_config()
         self.schema = schema
         self._runner: ShareRunner | None = None
-        self._payloads: dict[int, list[RecordsPartition]] = {}
+        # batch id -> its tasks, or the Future of their build (started when the batch is planned)
+        self._payloads: dict[int, list[RecordsPartition] | Future] = {}
         self._available_now = False
         self._first = True
 
@@ -408,11 +415,31 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         runner = self._get_runner()
         after, _ = parse_offset(start)
-        self._forget_payloads(after)
+        # Batches up to `after` are in the commit log, later ones were never recorded (the
+        # runner puts their records back in the pool): no payload is needed any more.
+        self._payloads.clear()
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         batch_id = runner.latest(after, max_rows, wait_for_assignment=self._first or self._available_now)
         self._first = False
-        return start if batch_id is None else make_offset(batch_id, runner.run_id)
+        if batch_id is None:
+            return start
+        self._payloads[batch_id] = self._build_soon(runner, batch_id)
+        return make_offset(batch_id, runner.run_id)
+
+    def _build_soon(self, runner: ShareRunner, batch_id: int) -> Future:
+        """Build the new batch's tasks on a thread: Spark writes its offset log before it asks
+        for ``partitions``, and that time is better spent on the Arrow payloads than waiting."""
+        fut: Future = Future()
+
+        def build() -> None:
+            try:
+                records = runner.records(batch_id - 1, batch_id).get(batch_id, [])
+                fut.set_result(self._build(batch_id, records))
+            except BaseException as e:  # noqa: BLE001 - handed to partitions(), which raises it
+                fut.set_exception(e)
+
+        threading.Thread(target=build, name="shoal-build", daemon=True).start()
+        return fut
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         runner = self._get_runner()
@@ -428,7 +455,10 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for bid, records in runner.records(after, upto).items():
                 self._payloads.setdefault(bid, self._build(bid, records))
         for bid in range(after + 1, upto + 1):
-            out += self._payloads.get(bid, [])
+            tasks = self._payloads.get(bid, [])
+            if isinstance(tasks, Future):
+                tasks = self._payloads[bid] = tasks.result()
+            out += tasks
         return out
 
     def _build(self, batch_id: int, records: list[Any]) -> list[RecordsPartition]:
