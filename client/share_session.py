@@ -32,7 +32,7 @@ truncated response cannot archive real records).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,12 +235,6 @@ def share_acknowledge_body(plan: AckRequestPlan, version: int, *, group_id: str,
 
 # -- response records ---------------------------------------------------------------------
 
-Deserializer = Callable[[bytes | None], Any] | None
-
-
-def _same(x: Any) -> Any:
-    return x
-
 
 def decode_acquired(
     tp: TopicPartition,
@@ -249,8 +243,6 @@ def decode_acquired(
     lock_deadline: float | None,
     *,
     check_crcs: bool = True,
-    key_deserializer: Deserializer = None,
-    value_deserializer: Deserializer = None,
 ) -> tuple[list[ConsumerRecord], list[int], list[int]]:
     """(records, gaps, unseen) of one ShareFetch partition.
 
@@ -258,6 +250,12 @@ def decode_acquired(
     acquired records in offset order; ``gaps`` acquired offsets inside or
     between the returned batches that hold no record; ``unseen`` acquired
     offsets after the last returned batch.
+
+    The share consumer's hot path: ``ConsumerRecord``s are built by the batch
+    parser itself (``make``), with no intermediate record objects, and a batch
+    lying densely inside the current acquired range -- the usual case -- is
+    taken whole, without per-record checks. Deserializers are applied by the
+    caller, record by record, so one failing record does not lose the others.
     """
     ranges = sorted((f, last, n) for f, last, n in acquired if last >= f)
     out: list[ConsumerRecord] = []
@@ -265,7 +263,6 @@ def decode_acquired(
     if not ranges:
         return out, gaps, []
     topic, partition = tp
-    append = out.append
     ri = 0
     first, last, count = ranges[0]
     cursor = first  # next acquired offset not yet accounted for
@@ -282,24 +279,22 @@ def decode_acquired(
             continue
         if header.is_control or not header.records_count:
             continue  # its acquired offsets become gaps below
-        epoch = header.partition_leader_epoch
+
+        def make(offset: int, ts: int, key: Any, value: Any, headers: list, attrs: int, ts_type: int,
+                 epoch: int = header.partition_leader_epoch, count: int = count) -> ConsumerRecord:  # fmt: skip
+            return ConsumerRecord(
+                topic, partition, offset, ts, ts_type, key, value, headers, epoch, count, lock_deadline
+            )
+
         base = header.base_offset
         if cursor <= base and b_last <= last and header.records_count == b_last - base + 1:
             # The common case: a dense batch inside the current acquired range, no per-record checks.
             if base > cursor:
                 gaps.extend(range(cursor, base))
-            kd = key_deserializer or _same
-            vd = value_deserializer or _same
-            out += [
-                ConsumerRecord(
-                    topic, partition, r.offset, r.timestamp, r.timestamp_type, kd(r.key), vd(r.value), r.headers,
-                    epoch, count, lock_deadline,
-                )
-                for r in header.records(verify_crc=check_crcs)
-            ]  # fmt: skip
+            out += header.records(verify_crc=check_crcs, make=make)
             cursor = b_last + 1
             continue
-        for r in header.records(verify_crc=check_crcs):
+        for r in header.records(verify_crc=check_crcs, make=make):
             o = r.offset
             while o > last:
                 gaps.extend(range(cursor, last + 1))
@@ -314,23 +309,8 @@ def decode_acquired(
                 continue
             if o > cursor:
                 gaps.extend(range(cursor, o))
-            key = r.key if key_deserializer is None else key_deserializer(r.key)
-            value = r.value if value_deserializer is None else value_deserializer(r.value)
-            append(
-                ConsumerRecord(
-                    topic,
-                    partition,
-                    o,
-                    r.timestamp,
-                    r.timestamp_type,
-                    key,
-                    value,
-                    r.headers,
-                    epoch,
-                    count,
-                    lock_deadline,
-                )
-            )
+            r.delivery_count = count  # the range this offset falls in (the batch may span several)
+            out.append(r)
             cursor = o + 1
     # offsets left in the ranges: gaps up to the last returned batch, unseen past it
     unseen: list[int] = []

@@ -441,7 +441,7 @@ def test_decode_accounts_for_every_acquired_offset_once(layout, raw_ranges, hole
     ranges, cursor = [], 0
     for start, length in raw_ranges:  # disjoint, sorted
         first = max(start, cursor)
-        ranges.append((first, first + length, 1))
+        ranges.append((first, first + length, len(ranges) + 1))  # each range its own delivery count
         cursor = first + length + 1
     recs, gaps, unseen = decode_acquired(TP, batches(*specs, holes=holes), ranges, None)
     acquired = {o for f, last, _ in ranges for o in range(f, last + 1)}
@@ -449,6 +449,8 @@ def test_decode_accounts_for_every_acquired_offset_once(layout, raw_ranges, hole
     assert got == sorted(got)
     assert set(got) == acquired & present
     assert all(r.value == b"v%d" % r.offset for r in recs)
+    count_of = {o: n for f, last, n in ranges for o in range(f, last + 1)}
+    assert all(r.delivery_count == count_of[r.offset] for r in recs)
     assert set(gaps) == {o for o in acquired - present if o <= end}
     assert set(unseen) == {o for o in acquired if o > end}
     assert len(got) + len(gaps) + len(unseen) == len(acquired)
