@@ -44,11 +44,12 @@ the two forms KIP-932 allows.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from operator import attrgetter
+from operator import attrgetter, sub
 from typing import Any
 
 from client.cluster import TopicPartition
@@ -82,20 +83,30 @@ class AckBatch:
 
 
 def ack_batches(acks: Mapping[int, int]) -> list[AckBatch]:
-    """Contiguous runs of ``acks`` (offset -> type) as AcknowledgementBatches, in offset order."""
-    offsets = sorted(acks)
-    out: list[AckBatch] = []
+    """Contiguous runs of ``acks`` (offset -> type) as AcknowledgementBatches, in offset order.
+
+    Runs are found without a Python step per offset (and one uniform run, the
+    usual shape of a poll's worth, without sorting): in sorted distinct offsets,
+    ``offset - index`` is constant exactly along a contiguous run, so each run
+    ends where bisect finds that value ending."""
+    offsets = sorted(acks)  # linear on the usual ascending keys
     n = len(offsets)
+    if not n:
+        return []
+    if offsets[-1] - offsets[0] == n - 1:  # one contiguous run (offsets are distinct)
+        uniform = set(acks.values())
+        if len(uniform) == 1:
+            return [AckBatch(offsets[0], offsets[-1], (uniform.pop(),))]
+    out: list[AckBatch] = []
+    shifted = list(map(sub, offsets, range(n)))
+    kinds = list(map(acks.__getitem__, offsets))
     i = 0
     while i < n:
-        j = i
-        while j + 1 < n and offsets[j + 1] == offsets[j] + 1:
-            j += 1
-        types = [acks[o] for o in offsets[i : j + 1]]
+        j = bisect_right(shifted, shifted[i], i)
+        types = kinds[i:j]
         first = types[0]
-        uniform = types.count(first) == len(types)
-        out.append(AckBatch(offsets[i], offsets[j], (first,) if uniform else tuple(types)))
-        i = j + 1
+        out.append(AckBatch(offsets[i], offsets[j - 1], (first,) if types.count(first) == j - i else tuple(types)))
+        i = j
     return out
 
 
@@ -144,6 +155,10 @@ class _Partition:
     owed: set[int] = field(default_factory=set)  # offsets in PartitionAcks taken and not completed
     internal: set[int] = field(default_factory=set)  # pending offsets the client acknowledged on its own
     in_flight: int = 0  # PartitionAcks taken and not completed
+    # Highest offset ever buffered or acknowledged here (while the partition is tracked): a new
+    # acquisition wholly above it cannot overlap anything held, so the per-offset checks of
+    # re-acquisition are skipped -- the usual case, where every fetch brings new offsets.
+    high: int = -1
 
     def empty(self) -> bool:
         return not (self.buffer or self.delivered or self.pending or self.renewing or self.renewed or self.in_flight)
@@ -169,15 +184,23 @@ class AckTracker:
     # -- fetch side ------------------------------------------------------------------
     def add_acquired(self, tp: TopicPartition, records: Iterable[ConsumerRecord], gaps: Iterable[int] = ()) -> None:
         """Records acquired by a fetch (already limited to the acquired offsets), in offset order;
-        ``gaps``: acquired offsets that hold no record (acknowledged as GAP)."""
+        ``gaps``: acquired offsets that hold no record (acknowledged as GAP), in order."""
         p = self._part(tp)
-        if p.delivered or p.pending or p.owed or p.renewing:
-            records, gaps = self._reacquired(p, records, gaps)
-        if p.buffer:
-            records = list(records)
-            again = {r.offset for r in records}
-            if any(r.offset in again for r in p.buffer):  # a newer acquisition replaces a stale copy
-                p.buffer = deque(r for r in p.buffer if r.offset not in again)
+        records = records if isinstance(records, list) else list(records)
+        gaps = gaps if isinstance(gaps, list) else list(gaps)
+        if not records and not gaps:
+            return
+        low = min(records[0].offset if records else gaps[0], gaps[0] if gaps else records[0].offset)
+        top = max(records[-1].offset if records else gaps[-1], gaps[-1] if gaps else records[-1].offset)
+        if low <= p.high:  # may overlap what is held (see _Partition.high)
+            if p.delivered or p.pending or p.owed or p.renewing:
+                records, gaps = self._reacquired(p, records, gaps)
+            if p.buffer:
+                again = {r.offset for r in records}
+                if any(r.offset in again for r in p.buffer):  # a newer acquisition replaces a stale copy
+                    p.buffer = deque(r for r in p.buffer if r.offset not in again)
+        if top > p.high:
+            p.high = top
         p.buffer.extend(records)
         for o in gaps:
             p.pending[o] = GAP
@@ -194,6 +217,8 @@ class AckTracker:
         if p is None or not ranges or p.empty():
             return frozenset()
         lo, hi = min(f for f, _, _ in ranges), max(last for _, last, _ in ranges)
+        if lo > p.high:
+            return frozenset()  # wholly above anything held (see _Partition.high)
         out: set[int] = set()
         copies = {r.offset: r for r in p.buffer if lo <= r.offset <= hi}
         for o in (*p.delivered, *p.renewing, *p.pending, *p.owed, *copies):
@@ -289,8 +314,12 @@ class AckTracker:
             if n == len(buf):
                 take = list(buf)
                 buf.clear()
-            else:
+            elif n <= 64:
                 take = [buf.popleft() for _ in range(n)]
+            else:  # copying beats hundreds of popleft calls; the rest waits for the next poll
+                items = list(buf)
+                take = items[:n]
+                p.buffer = deque(items[n:])
             p.delivered.update(zip(map(_OFFSET, take), take))
             out += take
             room -= n
@@ -349,16 +378,17 @@ class AckTracker:
             return
         p.in_flight -= 1
         p.owed.difference_update(pa.acks)
-        for o, t in pa.acks.items():
-            if t != RENEW:
-                continue
-            r = p.renewing.pop(o, None)
-            if r is not None and error is None:
-                if lock_deadline is not None:
-                    r.acquisition_lock_deadline = lock_deadline
-                p.renewed.append(r)
-        if p.renewed:
-            p.renewed.sort(key=lambda r: r.offset)
+        if pa.has_renew:
+            for o, t in pa.acks.items():
+                if t != RENEW:
+                    continue
+                r = p.renewing.pop(o, None)
+                if r is not None and error is None:
+                    if lock_deadline is not None:
+                        r.acquisition_lock_deadline = lock_deadline
+                    p.renewed.append(r)
+            if p.renewed:
+                p.renewed.sort(key=_OFFSET)
         self._maybe_forget(pa.tp, p)
 
     def complete_merged(self, pa: PartitionAcks) -> None:
@@ -378,6 +408,8 @@ class AckTracker:
         for o in offsets:
             p.pending[o] = kind
             p.internal.add(o)
+            if o > p.high:
+                p.high = o
 
     def requeue(self, pa: PartitionAcks) -> None:
         """The broker certainly did not apply ``pa``: its acknowledgements are pending again."""
