@@ -204,7 +204,7 @@ class AsyncShareConsumer:
         if self._membership.state != state:
             self._hb_wake.set()  # stale: rejoin
         self._tracker.begin_poll()
-        self._fetcher.flush()
+        self._fetcher.begin_poll()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout_ms, 0) / 1000
         try:

@@ -18,7 +18,10 @@ held and owed); this module moves them to sockets:
   while this process decodes and the application works. At most one answer
   per broker waits beyond what the application was given. A fetch sent while
   no poll waits is a prefetch: MaxWaitMs 0 (acknowledgements made meanwhile
-  never queue behind a long poll), once per broker per poll.
+  never queue behind a long poll), once per broker per poll, and not for a
+  few polls after one found nothing (``PrefetchGate``: with several
+  consumers on a partition the group's in-flight limit is usually taken,
+  and an empty prefetch only delays the acknowledgements that free it).
 * **Acknowledgements** the application made ride on the next ShareFetch to
   their broker; ``stage()`` moves them to the broker's *outbox*, which must
   go soon: with a fetch if one is due, else in a ShareAcknowledge (which
@@ -60,6 +63,7 @@ from client.share_session import (
     AckRequestPlan,
     FetchPlan,
     Key,
+    PrefetchGate,
     ShareSession,
     decode_acquired,
     share_acknowledge_body,
@@ -140,9 +144,11 @@ class ShareFetcher:
         self._closing = False
         # True while a poll waits for records: fetches may then long-poll (fetch.max.wait.ms).
         # Otherwise a fetch is a prefetch: it does not wait (MaxWaitMs 0), so acknowledgements made
-        # meanwhile never queue behind a long poll, and it is sent once per broker per poll.
+        # meanwhile never queue behind a long poll; each broker's PrefetchGate allows at most one
+        # per poll, and none for a while after one found nothing.
         self.waiting = False
-        self._prefetched: set[int] = set()
+        self._gates: dict[int, PrefetchGate] = {}
+        self._prefetching: set[int] = set()  # brokers answering a prefetch
 
     @staticmethod
     def _now() -> float:
@@ -173,13 +179,18 @@ class ShareFetcher:
         self.pump()
         return targets
 
+    def begin_poll(self) -> None:
+        """A poll starts: each broker may be prefetched from once more (see PrefetchGate)."""
+        for gate in self._gates.values():
+            gate.on_poll()
+        self.flush()
+
     def after_poll(self) -> None:
         """A poll handed out records. Acknowledgements for a broker that still has a poll's worth
         of records buffered (so no fetch is due there soon) go in a ShareAcknowledge; the others
         ride on the fetch that the emptied buffer triggers -- at the latest after the next poll,
         which takes what is left. Fewer requests carrying acknowledgements mean fewer durable
         state writes on the broker."""
-        self._prefetched.clear()
         for node in self._outbox:
             left = sum(self._tracker.buffered(tp) for tp, n in self._ack_node.items() if n == node)
             left += sum(raw.size for raw in self._raw.get(node, ()))
@@ -282,6 +293,12 @@ class ShareFetcher:
         return out
 
     # -- the pump: which broker gets a request now -------------------------------------------
+    def _gate(self, node: int) -> PrefetchGate:
+        gate = self._gates.get(node)
+        if gate is None:
+            gate = self._gates[node] = PrefetchGate()
+        return gate
+
     def _session(self, node: int) -> ShareSession:
         s = self._sessions.get(node)
         if s is None:
@@ -289,7 +306,9 @@ class ShareFetcher:
         return s
 
     def _fetchable(self, node: int, want: set[Key]) -> bool:
-        if not want or not self._active() or (node in self._prefetched and not self.waiting):
+        if not want or not self._active():
+            return False
+        if not self.waiting and not self._gate(node).may_prefetch():
             return False
         return node not in self._raw and not any(self._tracker.buffered(self._key_tp[k]) for k in want)
 
@@ -463,7 +482,8 @@ class ShareFetcher:
         version = conn.version("ShareFetch", 1)
         if max_wait is None and not self.waiting:
             max_wait = 0  # a prefetch
-            self._prefetched.add(conn.node_id)
+            self._gate(conn.node_id).on_sent()
+            self._prefetching.add(conn.node_id)
         self._in_flight.update(plan.acks.values())
         cfg = self._config
         body = share_fetch_body(
@@ -513,6 +533,7 @@ class ShareFetcher:
 
     def _request_failed(self, node: int, plan: Any, exc: BaseException) -> None:
         log.debug("share request to broker %s failed: %s", node, exc)
+        self._prefetching.discard(node)
         for pa in list(plan.acks.values()):
             self._finish(pa, exc)
         self._session_lost(node)
@@ -542,6 +563,8 @@ class ShareFetcher:
         self._node_failed(node)
 
     def _on_fetch(self, node: int, plan: FetchPlan, resp: Any, sent_at: float, conn: BrokerConnection) -> None:
+        prefetch = node in self._prefetching
+        self._prefetching.discard(node)
         if resp.error_code:
             self._top_error(node, plan, resp.error_code, resp.error_message)
             return
@@ -582,6 +605,8 @@ class ShareFetcher:
         for key, pa in plan.acks.items():
             if key not in answered:
                 self._finish(pa, None)
+        if prefetch and not errors:
+            self._gate(node).on_answer(got)
         if got:
             self._wake()
         elif errors:

@@ -46,10 +46,12 @@ from protocol.records import iter_batches
 
 __all__ = [
     "FINAL_EPOCH",
+    "PREFETCH_BACKOFF_MAX",
     "SESSION_ERRORS",
     "AckRequestPlan",
     "FetchPlan",
     "Key",
+    "PrefetchGate",
     "ShareSession",
     "decode_acquired",
     "next_epoch",
@@ -162,6 +164,55 @@ class ShareSession:
             self.reset()
         else:
             self.epoch = next_epoch(plan.epoch)
+
+
+PREFETCH_BACKOFF_MAX = 16  # polls between probing prefetches while prefetches find nothing
+
+
+@dataclass(slots=True)
+class PrefetchGate:
+    """Whether a poll may prefetch from one broker (a ShareFetch sent while no poll waits).
+
+    A prefetch is worth its round trip when it brings records; one that
+    comes back empty means nothing is acquirable now -- the log is read to
+    its end, or the group's in-flight limit
+    (``group.share.partition.max.record.locks``) is taken by records the
+    members already hold, which is the normal state when several consumers
+    share a partition. Then it only costs a broker round and, worse, holds
+    the broker's one request slot, so the next poll's acknowledgements --
+    the very ones that free room -- wait for its answer. After an empty
+    prefetch the next 1, 2, 4 .. ``PREFETCH_BACKOFF_MAX`` polls skip it
+    (each skipped poll fetches when it needs records, as without
+    prefetching); a prefetch that brings records halves the back-off. Polls
+    are counted by ``on_poll`` at the start of each poll; one prefetch per
+    poll at most.
+    """
+
+    skip: int = 0  # polls left that do not prefetch
+    backoff: int = 0  # polls to skip after the next empty prefetch (0: none yet)
+    allowed: bool = True  # this poll may prefetch
+    sent: bool = False  # this poll prefetched
+
+    def on_poll(self) -> None:
+        self.sent = False
+        self.allowed = self.skip == 0
+        if self.skip:
+            self.skip -= 1
+
+    def may_prefetch(self) -> bool:
+        return self.allowed and not self.sent
+
+    def on_sent(self) -> None:
+        self.sent = True
+
+    def on_answer(self, got_records: bool) -> None:
+        """A prefetch was answered (without a top-level error)."""
+        if got_records:
+            self.backoff //= 2  # one lucky prefetch does not end a back-off that keeps being earned
+            self.skip = 0
+            return
+        self.backoff = min(max(1, self.backoff * 2), PREFETCH_BACKOFF_MAX)
+        self.skip = self.backoff
 
 
 # -- request bodies ---------------------------------------------------------------------

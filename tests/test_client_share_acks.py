@@ -19,6 +19,8 @@ from client.records import ConsumerRecord
 from client.share_acks import AckBatch, AcknowledgeType, AckTracker, PartitionAcks, ack_batches
 from client.share_session import (
     FINAL_EPOCH,
+    PREFETCH_BACKOFF_MAX,
+    PrefetchGate,
     ShareSession,
     decode_acquired,
     next_epoch,
@@ -386,6 +388,39 @@ def test_request_bodies_encode() -> None:
     body = share_acknowledge_body(ack, 2, group_id="g", member_id="m")
     back = sa.request_codec(2).decode_all(memoryview(sa.request_codec(2).encode(body)))
     assert back.is_renew_ack and back.share_session_epoch == 1
+
+
+def test_prefetch_gate_allows_one_per_poll_and_backs_off_while_prefetches_find_nothing() -> None:
+    g = PrefetchGate()
+    g.on_poll()
+    assert g.may_prefetch()
+    g.on_sent()
+    assert not g.may_prefetch()  # one prefetch per poll
+    g.on_answer(True)
+    g.on_poll()
+    assert g.may_prefetch()  # prefetches that bring records keep coming
+
+    def polls(n: int, found: bool = False) -> list[bool]:
+        allowed = []
+        for _ in range(n):
+            g.on_poll()
+            allowed.append(g.may_prefetch())
+            if allowed[-1]:
+                g.on_sent()
+                g.on_answer(found)
+        return allowed
+
+    g.on_sent()
+    g.on_answer(False)  # nothing acquirable: skip 1 poll, then 2, 4, ... up to PREFETCH_BACKOFF_MAX
+    seen = polls(1 + 1 + 2 + 1 + 4 + 1 + 8 + 1)
+    assert seen == [False, True, False, False, True] + [False] * 4 + [True] + [False] * 8 + [True]
+    assert PREFETCH_BACKOFF_MAX == 16
+    assert polls(2 * (PREFETCH_BACKOFF_MAX + 1)).count(True) == 2  # capped
+    g.skip = 0
+    assert polls(1, found=True) == [True]  # records: the next poll may prefetch again, the back-off halves
+    assert g.backoff == PREFETCH_BACKOFF_MAX // 2
+    assert polls(3, found=True) == [True, True, True]
+    assert g.backoff == 1
 
 
 # -- decoding acquired records -------------------------------------------------------------------
