@@ -80,6 +80,10 @@ AcknowledgementCommitCallback = Callable[[dict[TopicPartition, set[int]], BaseEx
 _Sent = tuple[Any, asyncio.Future, float, BrokerConnection]  # (plan, response future, sent at, connection)
 
 _FATAL = frozenset({ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.UNSUPPORTED_VERSION})
+# Longest that acknowledgements wait in the outbox for a fetch to ride on before they go in a
+# ShareAcknowledge of their own (an application slow with its next poll's records must not keep
+# the broker from applying them while their locks run).
+ACK_HOLD_S = 0.1
 
 
 @dataclass(slots=True)
@@ -132,6 +136,8 @@ class ShareFetcher:
         self._key_tp: dict[Key, TopicPartition] = {}
         self._ack_node: dict[TopicPartition, int] = {}  # broker that acquired the partition's records
         self._outbox: dict[int, dict[TopicPartition, PartitionAcks]] = {}  # acks to send soon, per broker
+        self._held_since: dict[int, float] = {}  # when the broker's outbox last went from empty to not
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._urgent: set[int] = set()  # brokers whose outbox must not wait for the next fetch
         self._in_flight: set[PartitionAcks] = set()
         self._busy: set[int] = set()
@@ -190,13 +196,34 @@ class ShareFetcher:
         of records buffered (so no fetch is due there soon) go in a ShareAcknowledge; the others
         ride on the fetch that the emptied buffer triggers -- at the latest after the next poll,
         which takes what is left. Fewer requests carrying acknowledgements mean fewer durable
-        state writes on the broker."""
+        state writes on the broker. None waits longer than ACK_HOLD_S."""
         for node in self._outbox:
             left = sum(self._tracker.buffered(tp) for tp, n in self._ack_node.items() if n == node)
             left += sum(raw.size for raw in self._raw.get(node, ()))
             if left >= self._max_records:
                 self._urgent.add(node)
         self.pump()
+        if self._ack_timer is None and any(self._outbox.values()):
+            self._ack_timer = asyncio.get_running_loop().call_later(ACK_HOLD_S, self._acks_due)
+
+    def _acks_due(self) -> None:
+        """Acknowledgements held ACK_HOLD_S go now, fetch or not (see after_poll)."""
+        self._ack_timer = None
+        if self._closing or not self.running:
+            return
+        now = time.monotonic()
+        next_due: float | None = None
+        for node, box in self._outbox.items():
+            if not box:
+                continue
+            due = self._held_since.get(node, now) + ACK_HOLD_S
+            if due <= now:
+                self._urgent.add(node)
+            else:
+                next_due = due if next_due is None else min(next_due, due)
+        self.pump()
+        if next_due is not None:
+            self._ack_timer = asyncio.get_running_loop().call_later(next_due - now, self._acks_due)
 
     def has_raw(self) -> bool:
         return bool(self._raw)
@@ -222,6 +249,8 @@ class ShareFetcher:
         fresh = self._tracker.take(tp)
         if fresh is None:
             return pa
+        if not box:
+            self._held_since[node] = time.monotonic()
         if pa is None:
             box[tp] = fresh
             return fresh
@@ -467,6 +496,9 @@ class ShareFetcher:
             acks = {self._key(tp): pa for tp, pa in box.items()}
             return self._acknowledge_request(session.plan_acknowledge(acks), conn)
         if fetch:
+            if not self.waiting and self._gate(node).probing:
+                # a probe carries no acknowledgements: they go with the next fetch (see PrefetchGate)
+                return self._fetch_request(session.plan_fetch(want), conn)
             self._outbox.pop(node, None)
             self._urgent.discard(node)
             acks = {self._key(tp): pa for tp, pa in box.items()}
@@ -731,6 +763,8 @@ class ShareFetcher:
             self._outbox.clear()
             if self._pump_timer is not None:
                 self._pump_timer.cancel()
+            if self._ack_timer is not None:
+                self._ack_timer.cancel()
             tasks = [t for t in self._tasks if not t.done()]
             for t in tasks:
                 t.cancel()

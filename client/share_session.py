@@ -186,6 +186,11 @@ class PrefetchGate:
     prefetching); a prefetch that brings records halves the back-off. Polls
     are counted by ``on_poll`` at the start of each poll; one prefetch per
     poll at most.
+
+    While backing off, a prefetch is a *probe* and carries no
+    acknowledgements: they wait for the next fetch, so a poll's worth of them
+    still makes one durable state write on the broker (writes of a share
+    partition are serialized there) instead of being split around the probe.
     """
 
     skip: int = 0  # polls left that do not prefetch
@@ -201,6 +206,11 @@ class PrefetchGate:
 
     def may_prefetch(self) -> bool:
         return self.allowed and not self.sent
+
+    @property
+    def probing(self) -> bool:
+        """A prefetch now would be a probe (see class doc)."""
+        return self.backoff > 0
 
     def on_sent(self) -> None:
         self.sent = True

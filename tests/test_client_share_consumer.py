@@ -417,6 +417,26 @@ async def test_max_poll_records_in_both_acquire_modes(broker) -> None:
         assert max(sizes) <= 7, (mode, sizes)
 
 
+async def test_acknowledgements_held_for_a_fetch_reach_the_broker_without_another_poll(broker) -> None:
+    """After a prefetch found nothing the next poll does not prefetch (PrefetchGate), so the
+    acknowledgements it makes wait for a fetch to ride on -- but only briefly (ACK_HOLD_S): an
+    application busy with that poll's records does not keep them from the broker."""
+    topic, group = "cs-ack-hold", "g-ack-hold"
+    setup(broker, topic, group)
+    produce(broker.bootstrap, topic, 6)
+    async with consumer(broker, group, max_poll_records=5) as sc:
+        sc.subscribe([topic])
+        first = await poll_until(sc, 5)
+        assert [r.offset for r in first] == [0, 1, 2, 3, 4]  # the sixth stays buffered
+        await asyncio.sleep(0.5)  # the prefetch sent meanwhile finds nothing: the log is read to its end
+        second = await sc.poll(1000)  # accepts the first five and hands out the sixth
+        assert [r.offset for r in second] == [5]
+        deadline = time.monotonic() + 5
+        while acknowledged_up_to(broker.port, group)[0][0] != 5 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert acknowledged_up_to(broker.port, group)[0][0] == 5  # no further poll needed
+
+
 def _share_fetch(c: RawClient, group: str, member: str, epoch: int) -> int:
     """A ShareFetch naming no partitions for ``member`` from another connection; its error code."""
     r = c.call(
