@@ -13,6 +13,8 @@ the same workload for everyone (1 KiB records, ``--records`` of them, a
   * consume: AsyncConsumer, aiokafka, kafka-python and confluent-kafka each
     read one of those topics from the beginning with assign() (no group, so
     no rebalance is timed); timed from the first poll to the last record;
+    two rounds with the order rotated so no client always reads first, right
+    after the produce phase, best round per client reported;
   * share-consume: AsyncShareConsumer and librdkafka's ShareConsumer read a
     one-partition topic holding the same number of records in fresh share
     groups (implicit acknowledgement), 1 and 4 consumers; timed from the first
@@ -49,6 +51,7 @@ from tests.brokers import BrokerProcess  # noqa: E402
 PARTITIONS = 4
 SIZE = 1024
 QUIET = {"log_level": 3}
+CONSUME_ROUNDS = 2
 
 
 # -- produce -----------------------------------------------------------------------------------
@@ -166,16 +169,21 @@ def main() -> None:
             for name, run in runs.items():
                 line(name, n, run.seconds, ref if name == "shoal" else None, "aiokafka")
 
-            print("consume (assign, from the beginning):", flush=True)
+            print(f"consume (assign, from the beginning; best of {CONSUME_ROUNDS} rounds, order rotated):", flush=True)
             total = n + 1  # each topic also holds its producer's warm-up record
-            t_ours = run_async(consumer_bench.ours, bs, "t-shoal", PARTITIONS, total)
-            t_aio = run_async(consumer_bench.aiokafka, bs, "t-aiokafka", PARTITIONS, total)
-            t_kp = consume_kafka_python(bs, "t-kafka-python", PARTITIONS, total)
-            t_rdk = consume_confluent(bs, "t-confluent", PARTITIONS, total)
-            line("shoal", total, t_ours, t_aio, "aiokafka")
-            line("aiokafka", total, t_aio)
-            line("kafka-python", total, t_kp)
-            line("confluent", total, t_rdk)
+            readers = [
+                ("shoal", lambda: run_async(consumer_bench.ours, bs, "t-shoal", PARTITIONS, total)),
+                ("aiokafka", lambda: run_async(consumer_bench.aiokafka, bs, "t-aiokafka", PARTITIONS, total)),
+                ("kafka-python", lambda: consume_kafka_python(bs, "t-kafka-python", PARTITIONS, total)),
+                ("confluent", lambda: consume_confluent(bs, "t-confluent", PARTITIONS, total)),
+            ]
+            best: dict[str, float] = {}
+            for r in range(CONSUME_ROUNDS):
+                for name, read in readers[r:] + readers[:r]:
+                    t = read()
+                    best[name] = min(t, best.get(name, t))
+            for name, _ in readers:
+                line(name, total, best[name], best["aiokafka"] if name == "shoal" else None, "aiokafka")
 
             print("share-consume (one partition, implicit acknowledgement):", flush=True)
             create_topic(b.port, "q", 1)
