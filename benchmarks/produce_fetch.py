@@ -17,8 +17,8 @@ Starts a broker process (temporary data dir, 127.0.0.1, free port) and prints:
     fault in slowly once recently freed memory is used up, it drops to a few
     hundred MB/s, and so does any produce that runs in that state;
   * fetch MB/s (librdkafka consumer, and our codec with 32 MiB and 8 MiB
-    fetches: on this VM the larger answers come out slower, their bytes no
-    longer fitting the caches on either side);
+    fetches: on this VM the larger answers measured slower, also with a
+    minimal mmap-and-write server in place of the broker);
   * each figure as a share of raw loopback;
   * produce-to-consume latency (median, p99) at low load;
   * timer: 1M adds + 1M cancels on the timing wheel.
