@@ -475,20 +475,9 @@ class AsyncAdmin:
         self, groups: Iterable[str], *, timeout_ms: float | None = None
     ) -> dict[str, ConsumerGroupDescription | BrokerResponseError]:
         """Classic groups (DescribeGroups): state, assignor, members with decoded assignments."""
-        deadline = self._deadline(timeout_ms)
-
-        async def one(g: str) -> ConsumerGroupDescription | BrokerResponseError:
-            resp = await self._group_call(
-                g,
-                "DescribeGroups",
-                G.build_describe_groups([g]),
-                lambda r: r.groups[0].error_code if r.groups else 0,
-                deadline,
-            )
-            coordinator = await self._core.find_coordinator(g)
-            return G.parse_describe_group(resp.groups[0], coordinator)
-
-        return await self._per_group(groups, one)
+        return await self._describe_groups(
+            groups, "DescribeGroups", G.build_describe_groups, G.parse_describe_group, timeout_ms
+        )
 
     @_bounded
     async def list_consumer_group_offsets(
@@ -578,18 +567,30 @@ class AsyncAdmin:
         self, groups: Iterable[str], *, timeout_ms: float | None = None
     ) -> dict[str, ShareGroupDescription | BrokerResponseError]:
         """Share groups (ShareGroupDescribe): state, epochs, members and their assignments."""
+        return await self._describe_groups(
+            groups,
+            "ShareGroupDescribe",
+            G.build_share_group_describe,
+            lambda group, coordinator: G.parse_share_group(group, coordinator, self._core.metadata.topic_names),
+            timeout_ms,
+        )
+
+    async def _describe_groups(
+        self,
+        groups: Iterable[str],
+        api: str,
+        build: Callable[[list[str]], Any],
+        parse: Callable[[Any, Any], Any],
+        timeout_ms: float | None,
+    ) -> dict[str, Any]:
+        """One describe request per group, to its coordinator; ``parse(group, coordinator)``."""
         deadline = self._deadline(timeout_ms)
 
-        async def one(g: str) -> ShareGroupDescription | BrokerResponseError:
+        async def one(g: str) -> Any:
             resp = await self._group_call(
-                g,
-                "ShareGroupDescribe",
-                G.build_share_group_describe([g]),
-                lambda r: r.groups[0].error_code if r.groups else 0,
-                deadline,
+                g, api, build([g]), lambda r: r.groups[0].error_code if r.groups else 0, deadline
             )
-            coordinator = await self._core.find_coordinator(g)
-            return G.parse_share_group(resp.groups[0], coordinator, self._core.metadata.topic_names)
+            return parse(resp.groups[0], await self._core.find_coordinator(g))
 
         return await self._per_group(groups, one)
 

@@ -228,15 +228,22 @@ class Assignor(Protocol):
     ) -> Assignment: ...
 
 
-@dataclass(slots=True)
-class RangeAssignor:
-    name: str = "range"
+class _StatelessAssignor:
+    """An assignor that sends no user data and keeps nothing between rebalances."""
+
+    __slots__ = ()
+    name: str
 
     def subscription_user_data(self, topics: Sequence[str]) -> bytes | None:
         return None
 
     def on_assignment(self, partitions: Sequence[TopicPartition], generation_id: int) -> None:
         pass
+
+
+@dataclass(slots=True)
+class RangeAssignor(_StatelessAssignor):
+    name: str = "range"
 
     def assign(
         self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, MemberSubscription]
@@ -245,14 +252,8 @@ class RangeAssignor:
 
 
 @dataclass(slots=True)
-class RoundRobinAssignor:
+class RoundRobinAssignor(_StatelessAssignor):
     name: str = "roundrobin"
-
-    def subscription_user_data(self, topics: Sequence[str]) -> bytes | None:
-        return None
-
-    def on_assignment(self, partitions: Sequence[TopicPartition], generation_id: int) -> None:
-        pass
 
     def assign(
         self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, MemberSubscription]

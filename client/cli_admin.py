@@ -215,20 +215,20 @@ async def groups_describe(args: argparse.Namespace, settings: dict[str, Any]) ->
                     )
                 )
             elif args.members:
-                out(
-                    format_table(
-                        ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"],
-                        (
-                            (gid, m.member_id, m.host, m.client_id, len(m.assignment), _assignment(m.assignment))
-                            for m in d.members
-                        ),
-                    )
-                )
+                out(_members_table(gid, d.members))
             else:
                 out(await _group_offsets_table(admin, d))
             if d.state == "Empty":
                 err(f"Consumer group '{gid}' has no active members.")
     return rc
+
+
+def _members_table(gid: str, members: Any) -> str:
+    """``--members`` for either group kind: who holds which partitions."""
+    return format_table(
+        ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"],
+        ((gid, m.member_id, m.host, m.client_id, len(m.assignment), _assignment(m.assignment)) for m in members),
+    )
 
 
 def _assignment(tps: tuple[TopicPartition, ...]) -> str:
@@ -299,15 +299,7 @@ async def share_groups_describe(args: argparse.Namespace, settings: dict[str, An
                     )
                 )
             elif args.members:
-                out(
-                    format_table(
-                        ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"],
-                        (
-                            (gid, m.member_id, m.host, m.client_id, len(m.assignment), _assignment(m.assignment))
-                            for m in d.members
-                        ),
-                    )
-                )
+                out(_members_table(gid, d.members))
             else:
                 offsets = await admin.list_share_group_offsets(gid)
                 if not offsets:

@@ -192,12 +192,9 @@ async def consume(args: argparse.Namespace, settings: dict[str, Any]) -> int:
         idle_since = time.monotonic()
         try:
             while left is None or left > 0:
-                wait_ms = 1000
-                if args.timeout_ms is not None:
-                    remaining = args.timeout_ms / 1000 - (time.monotonic() - idle_since)
-                    if remaining <= 0:
-                        break
-                    wait_ms = int(max(1, min(wait_ms, remaining * 1000)))
+                wait_ms = _poll_wait_ms(args.timeout_ms, idle_since)
+                if wait_ms is None:
+                    break
                 batches = await consumer.getmany(timeout_ms=wait_ms)
                 for tp, records in sorted(batches.items()):
                     for r in records:
@@ -214,6 +211,16 @@ async def consume(args: argparse.Namespace, settings: dict[str, Any]) -> int:
             if args.group and positions:
                 await consumer.commit(positions)
     return 0
+
+
+def _poll_wait_ms(timeout_ms: int | None, idle_since: float) -> int | None:
+    """How long the next poll may wait: 1 s, less near ``--timeout-ms`` of idleness; None once it passed."""
+    if timeout_ms is None:
+        return 1000
+    remaining = timeout_ms / 1000 - (time.monotonic() - idle_since)
+    if remaining <= 0:
+        return None
+    return int(max(1, min(1000, remaining * 1000)))
 
 
 async def _all_partitions(topic: str, settings: dict[str, Any]) -> list[TopicPartition]:
@@ -257,12 +264,9 @@ async def share_consume(args: argparse.Namespace, settings: dict[str, Any]) -> i
         idle_since = time.monotonic()
         try:
             while left is None or left > 0:
-                wait_ms = 1000
-                if args.timeout_ms is not None:
-                    remaining = args.timeout_ms / 1000 - (time.monotonic() - idle_since)
-                    if remaining <= 0:
-                        break
-                    wait_ms = int(max(1, min(wait_ms, remaining * 1000)))
+                wait_ms = _poll_wait_ms(args.timeout_ms, idle_since)
+                if wait_ms is None:
+                    break
                 records = await consumer.poll(wait_ms)
                 for r in records:
                     if left is not None and left <= 0:
