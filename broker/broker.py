@@ -30,6 +30,7 @@ from broker.group_configs import GroupConfigs
 from broker.handlers import handler_table
 from broker.handlers.api_versions import body as api_versions_body
 from broker.handlers.fetch import fetch_key
+from broker.log.fileops import FileOps
 from broker.log.writer import ThreadedWriter
 from broker.partition import Partition
 from broker.producer_ids import ProducerIdManager
@@ -54,7 +55,9 @@ class Broker:
         self.topics: TopicManager | None = None
         self.timer: AsyncTimer | None = None
         self.fetch_purgatory: Purgatory | None = None
-        self.flusher = Flusher()
+        # Every write and fsync of a log file goes through file_ops (tests inject faults there).
+        self.file_ops = FileOps()
+        self.flusher = Flusher(self.file_ops)
         self.log_writer: ThreadedWriter | None = None  # large produce writes, off the event loop; at start
         self.fetch_sessions = FetchSessionCache(max_slots=config.get("max.incremental.fetch.session.cache.slots"))
         self.producer_ids: ProducerIdManager | None = None
@@ -85,7 +88,7 @@ class Broker:
         elif not fresh:
             log.info("previous run did not shut down cleanly: recovering logs")
         loop = asyncio.get_running_loop()
-        self.log_writer = ThreadedWriter(loop)
+        self.log_writer = ThreadedWriter(loop, write=self.file_ops.write_all)
         self.timer = AsyncTimer(loop, self.clock.monotonic_ms)
         self.fetch_purgatory = Purgatory("Fetch", self.timer)
         self.topics = TopicManager(self.data_dir, self._open_partition)

@@ -10,9 +10,11 @@ a request waits for exactly one fsync.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
-import os
 from typing import Any, Protocol
+
+from broker.log.fileops import FileOps
 
 log = logging.getLogger("shoal.flusher")
 
@@ -24,7 +26,8 @@ class Flushable(Protocol):
 
 
 class Flusher:
-    def __init__(self) -> None:
+    def __init__(self, files: FileOps | None = None) -> None:
+        self._files = files if files is not None else FileOps()
         self._waiters: dict[Any, list[tuple[int, asyncio.Future]]] = {}
         self._running: asyncio.Task | None = None
         self._closed = False
@@ -52,7 +55,7 @@ class Flusher:
                     except Exception as e:  # noqa: BLE001 - e.g. a log closed by a topic deletion
                         _fail(waiters, e)
                 try:
-                    await loop.run_in_executor(None, _fsync_all, [fd for _, (fds, _) in targets for fd in fds])
+                    await loop.run_in_executor(None, self._fsync_all, [fd for _, (fds, _) in targets for fd in fds])
                 except OSError as e:
                     log.error("fsync failed: %s", e)
                     for lg, _ in targets:
@@ -77,6 +80,16 @@ class Flusher:
             if self._waiters and not self._closed:
                 self._running = asyncio.create_task(self._run())
 
+    def _fsync_all(self, fds: list[int]) -> None:
+        for fd in fds:
+            try:
+                self._files.fsync(fd)
+            except OSError as e:
+                # A segment closed by a roll between target and fsync was already
+                # fsynced when it was rolled; anything else is a real failure.
+                if e.errno != errno.EBADF:
+                    raise
+
     async def close(self) -> None:
         self._closed = True
         if self._running is not None:
@@ -87,14 +100,3 @@ def _fail(waiters: list[tuple[int, asyncio.Future]], error: BaseException) -> No
     for _, fut in waiters:
         if not fut.done():
             fut.set_exception(error)
-
-
-def _fsync_all(fds: list[int]) -> None:
-    for fd in fds:
-        try:
-            os.fsync(fd)
-        except OSError as e:
-            # A segment closed by a roll between target and fsync was already
-            # fsynced when it was rolled; anything else is a real failure.
-            if e.errno != 9:  # EBADF
-                raise

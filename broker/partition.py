@@ -126,6 +126,7 @@ class Partition:
         # Everything written since the last clean shutdown is re-validated after a crash.
         plog.checkpoint_on_flush = False
         plog.writer = broker.log_writer
+        plog.files = broker.file_ops
         report = plog.recovery
         if report is not None and not clean:
             log.info("%s-%d: %s", topic.name, index, report.summary())

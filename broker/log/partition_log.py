@@ -28,6 +28,9 @@ Why it is shaped this way:
   caller's buffer (the base offset sits outside the CRC'd part of a batch).
 * The read path (``read``, ``read_region``, ``scan``, timestamp lookups)
   lives in ``broker.log.reads`` as a mixin of this class.
+* Every write, fsync and checkpoint of the log's files goes through
+  ``self.files`` (``broker.log.fileops``): one object per broker where
+  storage I/O happens, and where tests make the next call fail.
 * The file descriptors handed out by ``flush_target`` and ``read_region``
   belong to the log.  They stay valid until the log deletes the segment
   (retention, truncation), closes, or is deleted; a racing fsync may then see
@@ -48,6 +51,7 @@ from typing import Protocol
 
 from broker.log.cleaner import finish_interrupted_cleaning
 from broker.log.config import LogConfig
+from broker.log.fileops import FileOps
 from broker.log.index import INT32_MAX
 from broker.log.reads import FileRegion, LogReads, ReadResult
 from broker.log.recovery import (
@@ -144,6 +148,7 @@ class PartitionLog(LogReads):
         "checkpoint_on_flush",
         "clock",
         "config",
+        "files",
         "path",
         "recovery",
         "writer",
@@ -178,6 +183,7 @@ class PartitionLog(LogReads):
         self._inflight_bytes = 0
         self._inflight_batches = 0
         self._failed: BaseException | None = None  # a write failed: the log takes no more appends
+        self.files = FileOps()  # the broker hands every log its own (one per broker)
 
     def __repr__(self) -> str:
         return (
@@ -296,7 +302,9 @@ class PartitionLog(LogReads):
         self.drain()
         self._check_writable()
         job = self._prepare(batches, assign_offsets, self.clock() if now_ms is None else now_ms)
-        job.segment.append(job.data, job.batches, job.info.last_offset, job.now)
+        seg = job.segment
+        self.files.write_all(seg.fd, job.data, seg.size)
+        seg.commit(job.batches, job.info.bytes, job.info.last_offset, job.now)
         self._size += job.info.bytes
         return job.info
 
@@ -494,7 +502,7 @@ class PartitionLog(LogReads):
             # The index files become durable with the first flush issued after
             # this roll; only a recovery point strictly past the old segment's
             # end proves such a flush happened.
-            self._pending.extend((fd, old.next_offset + 1) for fd in old.write_index_files())
+            self._pending.extend((fd, old.next_offset + 1) for fd in old.write_index_files(self.files.write))
         seg = LogSegment.create(self.path, base_offset, now, **self._segment_args())
         self._segments.append(seg)
         self._bases.append(base_offset)
@@ -584,7 +592,7 @@ class PartitionLog(LogReads):
         self.drain()
         fds, offset = self.flush_target()
         for fd in fds:
-            os.fsync(fd)
+            self.files.fsync(fd)
         self.mark_flushed(offset)
 
     def _write_recovery_point(self) -> None:
@@ -593,7 +601,7 @@ class PartitionLog(LogReads):
             path = os.path.join(self.path, RECOVERY_POINT_FILE)
             self._rp_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             self._dir_dirty = True
-        os.pwrite(self._rp_fd, data, 0)
+        self.files.pwrite(self._rp_fd, data, 0)
 
     # -- retention, truncation, deletion -------------------------------------
 
@@ -683,7 +691,7 @@ class PartitionLog(LogReads):
         else:
             del self._segments[keep + 1 :]
             removed += self._segments[-1].truncate_to(offset, now)
-            os.fsync(self._segments[-1].fd)
+            self.files.fsync(self._segments[-1].fd)
         self._bases = [s.base_offset for s in self._segments]
         self._size = sum(s.size for s in self._segments)
         if self._start > self.log_end_offset:  # truncated below the start: restart there
@@ -692,14 +700,14 @@ class PartitionLog(LogReads):
         self._rp_cap = self.log_end_offset
         self._recovery_point = min(self._recovery_point, self.log_end_offset)
         self._write_recovery_point()
-        os.fsync(self._rp_fd)
+        self.files.fsync(self._rp_fd)
         self._fsync_dir()
         return removed
 
     def _fsync_dir(self) -> None:
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            os.fsync(fd)
+            self.files.fsync(fd)
         finally:
             os.close(fd)
         self._dir_dirty = False
@@ -716,10 +724,10 @@ class PartitionLog(LogReads):
             self._segments[-1].seal()
             for seg in self._segments:
                 if seg.index_dirty:
-                    self._pending.extend((fd, 0) for fd in seg.write_index_files())
+                    self._pending.extend((fd, 0) for fd in seg.write_index_files(self.files.write))
             self.flush()
             self._write_recovery_point()
-            os.fsync(self._rp_fd)
+            self.files.fsync(self._rp_fd)
             if self._dir_dirty:
                 self._fsync_dir()
         finally:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -447,8 +447,11 @@ class LogSegment:
         if self.max_timestamp >= 0 and self.time_index.maybe_append(self.max_timestamp, self._rel_of_max):
             self.index_dirty = True
 
-    def write_index_files(self) -> list[int]:
-        """Write both index files whole; return their open descriptors (caller fsyncs and closes)."""
+    def write_index_files(self, write: Callable[[int, memoryview], int] = os.write) -> list[int]:
+        """Write both index files whole; return their open descriptors (caller fsyncs and closes).
+
+        ``write`` is ``os.write`` or the log's ``FileOps.write`` (``broker.log.fileops``).
+        """
         fds: list[int] = []
         try:
             for suffix, data in (
@@ -459,7 +462,7 @@ class LogSegment:
                 fds.append(fd)
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view) :]
+                    view = view[write(fd, view) :]
         except BaseException:
             for fd in fds:
                 os.close(fd)
