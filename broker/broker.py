@@ -7,9 +7,17 @@ server. Handlers receive it as their first argument.
 
 Start-up: read meta.properties (create it with a fresh cluster id the first
 time), note whether the previous run shut down cleanly (the marker file) and
-remove the marker, open every partition (recovering unflushed tails when the
-shutdown was not clean), then bind. Stop: stop accepting, let in-flight
+take the marker away, open every partition (recovering unflushed tails when
+the shutdown was not clean), then bind. Stop: stop accepting, let in-flight
 requests finish, flush and close logs, write the marker.
+
+Shutdown finishes and exits normally whatever fails on the way (a full disk,
+say): every step runs even if an earlier one failed, every partition is
+closed, and the marker is written only if every log closed durably (else the
+next start recovers the logs as after a crash). The marker survives a full
+disk: at start the previous marker is renamed to ``.shoal-running`` (or that
+file is created), and a clean stop renames it back, which needs no free
+blocks.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import inspect
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +51,8 @@ from protocol.errors import ErrorCode
 log = logging.getLogger("shoal.broker")
 
 CLEAN_SHUTDOWN = ".shoal-clean-shutdown"
+# The marker's blocks while the broker runs: renamed to CLEAN_SHUTDOWN at a clean stop.
+RUNNING = ".shoal-running"
 
 
 class Broker:
@@ -81,12 +92,7 @@ class Broker:
         self.cluster_id = self._load_meta()
         self._remove_deleted_dirs()
         self.producer_ids = ProducerIdManager(self.data_dir)
-        marker = self.data_dir / CLEAN_SHUTDOWN
-        self.clean_start = fresh or marker.exists()
-        if marker.exists():
-            marker.unlink()
-        elif not fresh:
-            log.info("previous run did not shut down cleanly: recovering logs")
+        self.clean_start = self._take_marker(fresh)
         loop = asyncio.get_running_loop()
         self.log_writer = ThreadedWriter(loop, write=self.file_ops.write_all)
         self.timer = AsyncTimer(loop, self.clock.monotonic_ms)
@@ -125,33 +131,77 @@ class Broker:
         return host, port
 
     async def stop(self) -> None:
+        """Shut down; every step runs even if an earlier one failed (a full disk, say)."""
         log.info("shutting down")
         server = self.server
         if server is not None:
             server.stop_accepting()
-            await server.drain(timeout=5.0)
+            await _await_step("draining connections", server.drain(timeout=5.0))
         for t in self._background:
             t.cancel()
-        if self.fetch_purgatory is not None:
-            self.fetch_purgatory.shutdown()
-        if self.groups is not None:
-            self.groups.close()
-        if self.share_partitions is not None:
-            self.share_partitions.close()
-        if self.share_coordinator is not None:
-            self.share_coordinator.close()
-        await self.flusher.close()
+        for what, close in (
+            ("closing the fetch purgatory", self.fetch_purgatory and self.fetch_purgatory.shutdown),
+            ("closing the group coordinator", self.groups and self.groups.close),
+            ("closing the share partitions", self.share_partitions and self.share_partitions.close),
+            ("closing the share coordinator", self.share_coordinator and self.share_coordinator.close),
+        ):
+            if close:
+                _step(what, close)
+        await _await_step("finishing fsyncs", self.flusher.close())
         if server is not None:
-            await server.close()
+            await _await_step("closing connections", server.close())
+        unclean: list[str] = []
         if self.topics is not None:
-            self.topics.close()
+            try:
+                unclean = self.topics.close()
+            except Exception:
+                log.exception("shutdown: closing the logs failed")
+                unclean = ["(closing the logs failed)"]
         if self.log_writer is not None:
-            self.log_writer.close()
+            _step("stopping the log writer", self.log_writer.close)
         if self.timer is not None:
-            self.timer.close()
-        (self.data_dir / CLEAN_SHUTDOWN).write_text("clean\n")
+            _step("stopping the timer", self.timer.close)
+        self._leave_marker(unclean)
         log.info("shutdown complete")
         self.stopped.set()
+
+    # -- the clean-shutdown marker -------------------------------------------------
+    def _take_marker(self, fresh: bool) -> bool:
+        """Whether the previous run shut down cleanly; the marker becomes this run's reservation."""
+        marker, running = self.data_dir / CLEAN_SHUTDOWN, self.data_dir / RUNNING
+        clean = fresh or marker.exists()
+        if marker.exists():
+            os.replace(marker, running)
+            # Durably gone before any log changes: a marker that came back after a power
+            # loss would make the next start skip recovering what this run wrote.
+            _fsync_dir(self.data_dir)
+        elif not fresh:
+            log.info("previous run did not shut down cleanly: recovering logs")
+        if not running.exists():
+            try:
+                running.write_text("clean\n")
+            except OSError as e:
+                log.warning("cannot reserve the clean-shutdown marker (%s): a stop on a full disk may not write it", e)
+        return clean
+
+    def _leave_marker(self, unclean: list[str]) -> None:
+        """Write the clean-shutdown marker if every log is durable; never raises."""
+        if unclean:
+            log.warning(
+                "shutdown finished without a clean-shutdown marker (%d partitions did not close cleanly): "
+                "the next start recovers the logs as after a crash",
+                len(unclean),
+            )
+            return
+        marker, running = self.data_dir / CLEAN_SHUTDOWN, self.data_dir / RUNNING
+        try:
+            try:
+                os.replace(running, marker)  # a rename needs no free blocks
+            except FileNotFoundError:
+                marker.write_text("clean\n")
+            _fsync_dir(self.data_dir)
+        except OSError as e:
+            log.warning("clean-shutdown marker not written (%s): the next start recovers the logs as after a crash", e)
 
     def _load_meta(self) -> str:
         path = self.data_dir / "meta.properties"
@@ -289,3 +339,25 @@ class Broker:
                 for p in topic.partitions:
                     if p.log.needs_flush(now):
                         await self.flusher.flush(p.log, p.log.log_end_offset)
+
+
+def _step(what: str, fn: Callable[[], object]) -> None:
+    try:
+        fn()
+    except Exception:
+        log.exception("shutdown: %s failed", what)
+
+
+async def _await_step(what: str, aw: object) -> None:
+    try:
+        await aw  # type: ignore[misc]
+    except Exception:
+        log.exception("shutdown: %s failed", what)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

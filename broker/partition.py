@@ -299,25 +299,39 @@ class Partition:
         self.log.config = log_config(self.topic.configs, self.broker.config)
 
     def close(self) -> None:
-        path = self.log.path
-        self.log.drain()  # the snapshot must not run ahead of the log
+        """Flush, snapshot producer state, close the log.
+
+        Raises (LogFailed, OSError) when the log is offline or cannot be flushed: the
+        next start must then recover it as after a crash (the snapshot is
+        dropped, so producer state is rebuilt from what the log kept).
+        """
+        plog = self.log
+        if plog.closed:
+            return
         try:
-            if self.log.failed is not None:
-                # Producer state counted appends that never reached the file:
-                # drop any snapshot so the next start rebuilds it from the log.
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(path, SNAPSHOT_FILE))
-                raise OSError(f"log offline: {self.log.failed}")
-            data = self.producers.snapshot(self.log.log_end_offset)
-            tmp = os.path.join(path, SNAPSHOT_FILE + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(path, SNAPSHOT_FILE))
-        except OSError as e:
-            log.warning("%s-%d: producer snapshot not written: %s", self.topic.name, self.index, e)
-        self.log.close()
+            plog.flush()  # the snapshot must not run ahead of what is durable
+            durable = True
+        except (LogError, OSError):
+            durable = False
+        snapshot = os.path.join(plog.path, SNAPSHOT_FILE)
+        if not durable:
+            with contextlib.suppress(OSError):
+                os.unlink(snapshot)
+        else:
+            tmp = snapshot + ".tmp"
+            try:
+                data = self.producers.snapshot(plog.log_end_offset)
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, snapshot)
+            except OSError as e:
+                # The previous snapshot (if any) stays: it is older, and replaying the log after it is exact.
+                log.warning("%s-%d: producer snapshot not written: %s", self.topic.name, self.index, e)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        plog.close()
 
     def delete(self) -> None:
         self.log.delete()

@@ -27,6 +27,7 @@ log = logging.getLogger("shoal.topics")
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_NAME_LENGTH = 249
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__share_group_state"})
+_CLOSE_ERRORS_LOGGED = 10
 
 
 def validate_topic_name(name: str | None) -> None:
@@ -96,10 +97,27 @@ class TopicManager:
             self._by_name[topic.name] = topic
             self._by_id[topic.topic_id] = topic
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Close every partition, whatever happens to the others.
+
+        Returns the partitions that did not close cleanly (each logged): an
+        offline log directory, a flush that failed, any other error. Their
+        files are closed all the same; what they hold past their last flush
+        is recovered at the next start, which must then be an unclean one.
+        """
+        unclean: list[str] = []
         for t in self._by_name.values():
             for p in t.partitions:
-                p.close()
+                try:
+                    p.close()
+                except Exception as e:  # noqa: BLE001 - one partition must not keep the rest open
+                    name = f"{t.name}-{p.index}"
+                    unclean.append(name)
+                    if len(unclean) <= _CLOSE_ERRORS_LOGGED:
+                        log.warning("partition %s did not close cleanly: %s", name, e)
+        if len(unclean) > _CLOSE_ERRORS_LOGGED:  # an offline directory: every partition, for one reason
+            log.warning("%d more partitions did not close cleanly", len(unclean) - _CLOSE_ERRORS_LOGGED)
+        return unclean
 
     def _persist(self) -> None:
         meta = {

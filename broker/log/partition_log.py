@@ -40,6 +40,7 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import uuid
@@ -79,6 +80,8 @@ from protocol.records import BatchHeader, set_base_offset, set_log_append_time
 __all__ = ["AppendInfo", "FileRegion", "LogConfig", "LogWriter", "PartitionLog", "ReadResult"]
 
 Clock = Callable[[], int]
+
+logger = logging.getLogger("shoal.log")
 
 
 @dataclass(slots=True)
@@ -567,8 +570,12 @@ class PartitionLog(LogReads):
         self._rp_cap = None
         return fds, leo
 
-    def mark_flushed(self, offset: int) -> None:
-        """Record that the descriptors of a ``flush_target`` were fsynced."""
+    def mark_flushed(self, offset: int, *, checkpoint: bool = True) -> None:
+        """Record that the descriptors of a ``flush_target`` were fsynced.
+
+        With ``checkpoint`` (and ``checkpoint_on_flush``) the recovery-point
+        file is rewritten too.
+        """
         if self._closed:
             return
         if self._rp_cap is not None:  # truncated after that target was taken
@@ -583,19 +590,20 @@ class PartitionLog(LogReads):
         self._pending = still
         if offset > self._recovery_point:
             self._recovery_point = offset
-            if self.checkpoint_on_flush:
+            if checkpoint and self.checkpoint_on_flush:
                 self._write_recovery_point()
         self._last_flush_ms = self.clock()
 
-    def flush(self) -> None:
+    def flush(self, *, checkpoint: bool = True) -> None:
         """fsync everything appended, here and now (blocks; waits for writes in flight)."""
         self.drain()
         fds, offset = self.flush_target()
         for fd in fds:
             self.files.fsync(fd)
-        self.mark_flushed(offset)
+        self.mark_flushed(offset, checkpoint=checkpoint)
 
     def _write_recovery_point(self) -> None:
+        """Rewrite the 16-byte checkpoint in place (no new blocks once the file exists)."""
         data = encode_recovery_point(self._recovery_point)
         if self._rp_fd < 0:
             path = os.path.join(self.path, RECOVERY_POINT_FILE)
@@ -715,21 +723,42 @@ class PartitionLog(LogReads):
     def close(self) -> None:
         """Write the indexes, fsync everything, record the recovery point, close files.
 
-        After this the broker may write its clean-shutdown marker.
+        Every file is closed whatever happens.  Raises LogFailed when the log
+        is offline (OSError when its last flush fails): what it holds past its
+        last flush is then not known to be on disk, the broker must not write
+        its clean-shutdown marker, and the next open recovers the log as after
+        a crash.  Index files and the recovery-point checkpoint that cannot be
+        written (a full disk) are only logged: the next open checks index
+        files against the log and rebuilds doubtful ones, and a checkpoint
+        that lags only makes a later crash recovery check more.
         """
         if self._closed:
             return
         try:
             self.drain()
+            failed = self.failed
+            if failed is not None:
+                raise LogFailed(f"log {self.path} is offline, not flushed at close: {failed}")
             self._segments[-1].seal()
             for seg in self._segments:
                 if seg.index_dirty:
-                    self._pending.extend((fd, 0) for fd in seg.write_index_files(self.files.write))
-            self.flush()
-            self._write_recovery_point()
-            self.files.fsync(self._rp_fd)
-            if self._dir_dirty:
-                self._fsync_dir()
+                    try:
+                        self._pending.extend((fd, 0) for fd in seg.write_index_files(self.files.write))
+                    except OSError as e:
+                        logger.warning(
+                            "%s: index files of segment %d not written at close (%s); the next start rebuilds them",
+                            self.path,
+                            seg.base_offset,
+                            e,
+                        )
+            self.flush(checkpoint=False)  # the checkpoint is written next, where failing it is no harm
+            try:
+                self._write_recovery_point()
+                self.files.fsync(self._rp_fd)
+                if self._dir_dirty:
+                    self._fsync_dir()
+            except OSError as e:
+                logger.warning("%s: recovery-point checkpoint not written at close: %s", self.path, e)
         finally:
             self._close_files()
             self._closed = True
