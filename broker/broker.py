@@ -18,6 +18,16 @@ next start recovers the logs as after a crash). The marker survives a full
 disk: at start the previous marker is renamed to ``.shoal-running`` (or that
 file is created), and a clean stop renames it back, which needs no free
 blocks.
+
+Storage faults (Kafka's log dir failure, ``broker.log.log_dir``): the first
+storage error in the data directory takes it offline. Waiting acks=-1
+produces and long-polling fetches are answered KAFKA_STORAGE_ERROR at once,
+partitions answer it from then on, Metadata shows them without a leader, and
+background work (retention, compaction, timed flushes) leaves them alone.
+No clean-shutdown marker is written for an offline directory (Kafka writes
+it only for live ones). Kafka halts the broker when its last log directory
+fails; Shoal keeps answering, so clients see the error, and recovers the
+directory at the next start.
 """
 
 from __future__ import annotations
@@ -39,7 +49,9 @@ from broker.group_configs import GroupConfigs
 from broker.handlers import handler_table
 from broker.handlers.api_versions import body as api_versions_body
 from broker.handlers.fetch import fetch_key
+from broker.log import LogError
 from broker.log.fileops import FileOps
+from broker.log.log_dir import LogDir
 from broker.log.writer import ThreadedWriter
 from broker.partition import Partition
 from broker.producer_ids import ProducerIdManager
@@ -68,8 +80,11 @@ class Broker:
         self.fetch_purgatory: Purgatory | None = None
         # Every write and fsync of a log file goes through file_ops (tests inject faults there).
         self.file_ops = FileOps()
+        self.log_dir = LogDir(str(self.data_dir))
+        self.log_dir.add_listener(self._on_log_dir_failure)
         self.flusher = Flusher(self.file_ops)
         self.log_writer: ThreadedWriter | None = None  # large produce writes, off the event loop; at start
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.fetch_sessions = FetchSessionCache(max_slots=config.get("max.incremental.fetch.session.cache.slots"))
         self.producer_ids: ProducerIdManager | None = None
         self.group_configs: Any = None  # share/consumer group configs: the share-group issue
@@ -93,7 +108,7 @@ class Broker:
         self._remove_deleted_dirs()
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.clean_start = self._take_marker(fresh)
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self.log_writer = ThreadedWriter(loop, write=self.file_ops.write_all)
         self.timer = AsyncTimer(loop, self.clock.monotonic_ms)
         self.fetch_purgatory = Purgatory("Fetch", self.timer)
@@ -186,11 +201,16 @@ class Broker:
 
     def _leave_marker(self, unclean: list[str]) -> None:
         """Write the clean-shutdown marker if every log is durable; never raises."""
-        if unclean:
+        if self.log_dir.offline or unclean:
+            why = (
+                f"log directory offline: {self.log_dir.error}"
+                if self.log_dir.offline
+                else f"{len(unclean)} partitions did not close cleanly"
+            )
             log.warning(
-                "shutdown finished without a clean-shutdown marker (%d partitions did not close cleanly): "
-                "the next start recovers the logs as after a crash",
-                len(unclean),
+                "shutdown finished without a clean-shutdown marker (%s): the next start recovers the logs "
+                "as after a crash",
+                why,
             )
             return
         marker, running = self.data_dir / CLEAN_SHUTDOWN, self.data_dir / RUNNING
@@ -229,6 +249,22 @@ class Broker:
 
     def _open_partition(self, topic: Topic, index: int, clean: bool) -> Partition:
         return Partition.open(self, topic, index, clean)
+
+    def _on_log_dir_failure(self, log_dir: LogDir) -> None:
+        """The data directory just went offline (called where the error was met)."""
+        if self._loop is not None and not self._loop.is_closed():
+            # Not inline: the error may surface inside a purgatory check or a produce.
+            self._loop.call_soon(self._answer_waiting)
+
+    def _answer_waiting(self) -> None:
+        """Answer what waits on an offline partition: acks=-1 produces and long-polling fetches."""
+        self.flusher.fail_offline()
+        if self.topics is None or self.fetch_purgatory is None:
+            return
+        for topic in self.topics:
+            for p in topic.partitions:
+                if p.offline:
+                    self.fetch_purgatory.check_and_complete(fetch_key(topic.name, p.index))
 
     # -- events ------------------------------------------------------------------
     def on_append(self, partition: Partition) -> None:
@@ -300,7 +336,7 @@ class Broker:
                 for p in topic.partitions:
                     try:
                         p.enforce_retention(now)
-                    except OSError as e:
+                    except (OSError, LogError) as e:
                         log.error("retention on %s-%d failed: %s", topic.name, p.index, e)
 
     async def _cleaner_loop(self, interval_s: float = 15.0) -> None:
@@ -317,7 +353,7 @@ class Broker:
             now = self.clock.now_ms()
             for topic in self.topics or ():
                 for p in topic.partitions:
-                    if not p.log.config.compacts:
+                    if not p.log.config.compacts or p.offline:
                         continue
                     retention = p.settings["delete.retention.ms"]
                     lag = p.settings["min.compaction.lag.ms"]
@@ -325,7 +361,9 @@ class Broker:
                         if cleaner.needs_cleaning(p.log, now, min_compaction_lag_ms=lag, delete_retention_ms=retention):
                             stats = cleaner.clean(p.log, now, retention, min_compaction_lag_ms=lag)
                             log.info("compacted %s-%d: %s", topic.name, p.index, stats)
-                    except (OSError, CleaningAborted, ValueError) as e:
+                    except OSError as e:  # a storage error: as anywhere else, the directory goes offline
+                        log.error("compaction of %s-%d failed: %s", topic.name, p.index, p.log.io_failed(e))
+                    except (CleaningAborted, ValueError, LogError) as e:
                         log.error("compaction of %s-%d failed: %s", topic.name, p.index, e)
                     await asyncio.sleep(0)
 
@@ -337,8 +375,12 @@ class Broker:
             now = self.clock.now_ms()
             for topic in self.topics or ():
                 for p in topic.partitions:
-                    if p.log.needs_flush(now):
+                    if p.offline or not p.log.needs_flush(now):
+                        continue
+                    try:
                         await self.flusher.flush(p.log, p.log.log_end_offset)
+                    except (OSError, LogError) as e:  # the log went offline: it is logged where it happened
+                        log.debug("timed flush of %s-%d failed: %s", topic.name, p.index, e)
 
 
 def _step(what: str, fn: Callable[[], object]) -> None:

@@ -17,6 +17,14 @@ written waits for that write too.
 
 Producer state is snapshotted at clean shutdown and rebuilt by replaying the
 log after the snapshot (or from the start) otherwise.
+
+A partition whose log directory is offline (a storage error anywhere in it,
+``broker.log.log_dir``) answers KAFKA_STORAGE_ERROR to everything that needs
+its log — produce, fetch, offset lookups, DeleteRecords — before looking at
+the request, as Kafka's ReplicaManager does for an offline partition; a
+storage error met on the way (``OSError`` from the log, ``LogFailed``) takes
+the directory offline and answers the same. A write that completes after the
+directory went offline is not confirmed either.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from broker.config import resolve_topic_configs
-from broker.log import LogConfig, LogError, OffsetOutOfRange, PartitionLog
+from broker.log import LogConfig, LogError, LogFailed, OffsetOutOfRange, PartitionLog
 from broker.producer_state import APPEND, CorruptSnapshotError, Duplicate, ProducerStateManager, Reject
 from protocol.errors import ErrorCode, KafkaErrorResponse
 from protocol.exceptions import ProtocolError
@@ -127,6 +135,7 @@ class Partition:
         plog.checkpoint_on_flush = False
         plog.writer = broker.log_writer
         plog.files = broker.file_ops
+        plog.log_dir = broker.log_dir
         report = plog.recovery
         if report is not None and not clean:
             log.info("%s-%d: %s", topic.name, index, report.summary())
@@ -150,8 +159,27 @@ class Partition:
     def last_stable_offset(self) -> int:
         return self.producers.last_stable_offset(self.log.high_watermark)
 
+    @property
+    def offline(self) -> bool:
+        """True once the log directory holding this partition had a storage error (until restart)."""
+        return self.log.failed is not None
+
+    def _check_online(self) -> None:
+        failed = self.log.failed
+        if failed is not None:
+            raise KafkaErrorResponse(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"{self.topic.name}-{self.index} is in an offline log directory: {failed}",
+            )
+
+    def _storage_error(self, error: OSError) -> KafkaErrorResponse:
+        """An OSError met while using the log: the directory goes offline."""
+        failed = self.log.io_failed(error)
+        return KafkaErrorResponse(ErrorCode.KAFKA_STORAGE_ERROR, str(failed))
+
     # -- produce ---------------------------------------------------------------
     def append(self, records: Any, now_ms: int) -> AppendResult:
+        self._check_online()
         if records is None or len(records) == 0:
             raise KafkaErrorResponse(ErrorCode.INVALID_RECORD, "produce request without record batches")
         view = memoryview(records)
@@ -197,6 +225,8 @@ class Partition:
                 info = plog.append(view, now_ms=now_ms)
         except LogError as e:
             raise KafkaErrorResponse(e.error_code, str(e)) from None
+        except OSError as e:  # the log turns its own into LogFailed; anything else on the way too
+            raise self._storage_error(e) from None
         if producer_id >= 0:
             stamp = info.log_append_time if info.log_append_time >= 0 else info.max_timestamp
             self.producers.update(
@@ -214,6 +244,11 @@ class Partition:
     def _written(self, written: asyncio.Future, error: BaseException | None) -> None:
         if error is None:
             self.broker.on_append(self)
+            failed = self.log.failed
+            if failed is not None:  # written, but the directory went offline meanwhile: confirm nothing
+                error = LogFailed(
+                    f"{self.topic.name}-{self.index} went offline before the write was confirmed: {failed}"
+                )
         else:
             log.error("%s-%d: write failed, partition offline until restart: %s", self.topic.name, self.index, error)
         _settle(written, error)
@@ -250,6 +285,7 @@ class Partition:
 
     # -- fetch -----------------------------------------------------------------
     def read(self, offset: int, max_bytes: int, *, read_committed: bool, min_one: bool) -> FetchRead:
+        self._check_online()
         plog = self.log
         hw = plog.high_watermark
         start = plog.log_start_offset
@@ -269,27 +305,43 @@ class Partition:
                 next_offset = region.next_offset
         except OffsetOutOfRange as e:
             raise KafkaErrorResponse(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
+        except OSError as e:  # EIO on a read: Kafka takes the directory offline too
+            raise self._storage_error(e) from None
         aborted = self.producers.aborted_transactions(offset, next_offset) if read_committed else None
         return FetchRead(data, hw, lso, start, aborted)
 
     def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
-        return self.log.offset_for_timestamp(ts)
+        self._check_online()
+        try:
+            return self.log.offset_for_timestamp(ts)
+        except OSError as e:
+            raise self._storage_error(e) from None
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
-        return self.log.max_timestamp_offset()
+        self._check_online()
+        try:
+            return self.log.max_timestamp_offset()
+        except OSError as e:
+            raise self._storage_error(e) from None
 
     # -- housekeeping ------------------------------------------------------------
     def enforce_retention(self, now_ms: int) -> None:
+        """Retention and producer expiry; nothing for an offline partition (LogFailed on a storage error)."""
+        if self.offline:
+            return
         if self.log.enforce_retention(now_ms):
             self.producers.truncate_head(self.log.log_start_offset)
         self.producers.remove_expired(now_ms)
 
     def advance_log_start(self, offset: int) -> bool:
         """DeleteRecords: records below `offset` go (the share coordinator prunes with it)."""
+        self._check_online()
         try:
             moved = self.log.advance_log_start(offset)
         except OffsetOutOfRange as e:
             raise KafkaErrorResponse(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
+        except LogError as e:
+            raise KafkaErrorResponse(e.error_code, str(e)) from None
         if moved:
             self.producers.truncate_head(self.log.log_start_offset)
         return moved
@@ -301,7 +353,7 @@ class Partition:
     def close(self) -> None:
         """Flush, snapshot producer state, close the log.
 
-        Raises (LogFailed, OSError) when the log is offline or cannot be flushed: the
+        Raises LogFailed when the log is offline or cannot be flushed: the
         next start must then recover it as after a crash (the snapshot is
         dropped, so producer state is rebuilt from what the log kept).
         """
@@ -309,9 +361,9 @@ class Partition:
         if plog.closed:
             return
         try:
-            plog.flush()  # the snapshot must not run ahead of what is durable
+            plog.flush()  # the snapshot must not run ahead of what is durable (LogFailed if it cannot be)
             durable = True
-        except (LogError, OSError):
+        except LogError:
             durable = False
         snapshot = os.path.join(plog.path, SNAPSHOT_FILE)
         if not durable:

@@ -16,6 +16,11 @@ class FakeLog:
         self.end = 0
         self.flushed = 0
         self.fail_target = fail_target
+        self.failed = None
+
+    def io_failed(self, error):
+        self.failed = error
+        return error
 
     def flush_target(self):
         if self.fail_target:

@@ -7,6 +7,9 @@ under each of its partitions; a produce to any of them calls
 `check_and_complete`, which re-reads only if some partition's end moved past
 its fetch offset. MaxWaitMs later the timer completes it with whatever there
 is. The response is built once, by whichever of the two happens first.
+A partition in an offline log directory answers KAFKA_STORAGE_ERROR (with
+unknown offsets, -1, as Kafka does); a fetch waiting on one is completed as
+soon as the directory goes offline (``Broker._answer_waiting``).
 
 Record bytes come from the log with one pread and go into the response
 untouched; the encoder hands them to the transport without another copy.
@@ -77,8 +80,8 @@ class FetchOperation:
     def has_new_data(self) -> bool:
         for key, preq in self.partitions:
             _, partition = self._partition(key)
-            if partition is None:
-                return True  # deleted meanwhile: answer now
+            if partition is None or partition.offline:
+                return True  # deleted meanwhile, or its log directory failed: answer now
             end = partition.last_stable_offset if self.read_committed else partition.high_watermark
             if end > preq.fetch_offset:
                 return True
@@ -116,6 +119,8 @@ class FetchOperation:
         try:
             got = partition.read(preq.fetch_offset, limit, read_committed=self.read_committed, min_one=min_one)
         except KafkaErrorResponse as e:
+            if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
+                return _Read(e.code)
             return _Read(
                 e.code,
                 partition.high_watermark,

@@ -1,11 +1,15 @@
-"""ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups."""
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups.
+
+A partition in an offline log directory answers KAFKA_STORAGE_ERROR, as
+Kafka's ReplicaManager does for every lookup on an offline partition.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from protocol.api import api_by_name
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaErrorResponse
 
 _LO = api_by_name("ListOffsets")
 
@@ -35,32 +39,40 @@ def handle_list_offsets(broker: Any, ctx: Any, req: Any) -> Any:
             if partition is None:
                 pr.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 continue
+            if partition.offline:
+                pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                continue
             if p.current_leader_epoch > OUR_LEADER_EPOCH:
                 pr.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                 continue
-            pr.leader_epoch = OUR_LEADER_EPOCH
-            ts = p.timestamp
-            if ts == LATEST:
-                pr.offset = partition.last_stable_offset if read_committed else partition.high_watermark
-            elif ts in (EARLIEST, EARLIEST_LOCAL):
-                pr.offset = partition.log_start_offset
-            elif ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
-                pr.offset = -1  # no tiered storage: nothing was ever uploaded
-            elif ts == MAX_TIMESTAMP:
-                found = partition.max_timestamp_offset()
-                if found is not None:
-                    pr.offset, pr.timestamp = found
-            elif ts < 0:
-                pr.error_code = ErrorCode.INVALID_REQUEST
-                continue
-            else:
-                found = partition.offset_for_timestamp(ts)
-                if found is not None:
-                    offset, stamp = found
-                    limit = partition.last_stable_offset if read_committed else partition.high_watermark
-                    if offset < limit:
-                        pr.offset, pr.timestamp = offset, stamp
+            try:
+                _lookup(partition, p.timestamp, read_committed, pr)
+            except KafkaErrorResponse as e:  # a storage error met by the lookup
+                pr.error_code, pr.offset, pr.timestamp, pr.leader_epoch = e.code, -1, -1, -1
     return cls(throttle_time_ms=0, topics=topics)
+
+
+def _lookup(partition: Any, ts: int, read_committed: bool, pr: Any) -> None:
+    pr.leader_epoch = OUR_LEADER_EPOCH
+    if ts == LATEST:
+        pr.offset = partition.last_stable_offset if read_committed else partition.high_watermark
+    elif ts in (EARLIEST, EARLIEST_LOCAL):
+        pr.offset = partition.log_start_offset
+    elif ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        pr.offset = -1  # no tiered storage: nothing was ever uploaded
+    elif ts == MAX_TIMESTAMP:
+        found = partition.max_timestamp_offset()
+        if found is not None:
+            pr.offset, pr.timestamp = found
+    elif ts < 0:
+        pr.error_code = ErrorCode.INVALID_REQUEST
+    else:
+        found = partition.offset_for_timestamp(ts)
+        if found is not None:
+            offset, stamp = found
+            limit = partition.last_stable_offset if read_committed else partition.high_watermark
+            if offset < limit:
+                pr.offset, pr.timestamp = offset, stamp
 
 
 def register(table: Any) -> None:

@@ -6,6 +6,16 @@ clients never need OffsetForLeaderEpoch. Topic ids are real and stable
 assignments by id). Unknown topics are auto-created when
 auto.create.topics.enable is on and the request allows it (v4+), as Kafka
 does; internal topics are never auto-created by a client.
+
+A partition whose log directory is offline is shown as Kafka shows the
+partitions of a failed log dir once the controller has moved leadership off
+it (KRaftMetadataCache over ReplicationControlManager.handleDirectoriesOffline):
+error LEADER_NOT_AVAILABLE, leader -1, this node still the replica and in the
+ISR, and listed in offline_replicas. Clients then stop sending it produce and
+fetch requests and wait for a leader, instead of retrying against this node.
+Kafka also bumps the leader epoch; Shoal keeps its constant epoch, because
+its logs come back at the same epoch after the restart that brings the
+directory back, and clients ignore metadata whose epoch goes backwards.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from protocol.errors import ErrorCode, KafkaErrorResponse
 _MD = api_by_name("Metadata")
 _DC = api_by_name("DescribeCluster")
 LEADER_EPOCH = 0
+NO_LEADER = -1
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -32,6 +43,16 @@ def topic_metadata(broker: Any, topic: Any, cls: Any) -> Any:
         is_internal=topic.internal,
         partitions=[
             cls.MetadataResponsePartition(
+                error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+                partition_index=p.index,
+                leader_id=NO_LEADER,
+                leader_epoch=LEADER_EPOCH,
+                replica_nodes=[node],
+                isr_nodes=[node],
+                offline_replicas=[node],
+            )
+            if p.offline
+            else cls.MetadataResponsePartition(
                 error_code=0,
                 partition_index=p.index,
                 leader_id=node,

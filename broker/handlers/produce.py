@@ -7,8 +7,13 @@ Durability is separate: with acks=-1 the response waits for the group-commit
 fsync of every partition written (unless log.flush.interval.ms says
 otherwise), with acks=1 it is sent once the bytes reach the OS, with acks=0
 nothing is sent at all — and, as in Kafka, an acks=0 request that hit an
-error closes the connection so the producer notices. A write that fails on
-the writer thread answers KAFKA_STORAGE_ERROR for its partition.
+error closes the connection so the producer notices.
+
+Storage errors answer KAFKA_STORAGE_ERROR for the partition they hit, never
+a closed connection: a write that fails inline or on the writer thread, an
+fsync that fails, and a partition whose log directory went offline before or
+while the request waited (``broker.log.log_dir``). A partition is confirmed
+only once what it was sent is durable (acks=-1) or written (acks=1).
 
 Every append wakes fetches (and share fetches) waiting on the partition once
 its bytes are written.
@@ -36,7 +41,7 @@ def handle_produce(broker: Any, ctx: Any, req: Any) -> Any:
     now = broker.clock.now_ms()
     version = ctx.api_version
     responses = []
-    written: list[tuple[Any, int]] = []
+    written: list[tuple[Any, Any, int]] = []  # (partition response, partition, end offset to make durable)
     pending: list[tuple[Any, asyncio.Future]] = []  # (partition response, write in flight)
     any_error = False
     for td in req.topic_data:
@@ -87,7 +92,7 @@ def handle_produce(broker: Any, ctx: Any, req: Any) -> Any:
                 broker.on_append(partition)  # written already (an async write wakes fetches itself)
             # A retried duplicate waits for durability up to its original's end too: the
             # original may still be waiting for its fsync, and "stored" must mean durable.
-            written.append((partition, result.end_offset))
+            written.append((pr, partition, result.end_offset))
     body = cls(responses=responses, throttle_time_ms=0)
     if acks == 0:
         if any_error:
@@ -99,35 +104,49 @@ def handle_produce(broker: Any, ctx: Any, req: Any) -> Any:
     return body
 
 
+def _storage_error(pr: Any, error: BaseException) -> None:
+    pr.error_code, pr.error_message, pr.base_offset = ErrorCode.KAFKA_STORAGE_ERROR, str(error), -1
+    pr.log_append_time_ms, pr.log_start_offset = -1, -1
+
+
 def _after_write(
-    broker: Any, pending: list[tuple[Any, asyncio.Future]], written: list[tuple[Any, int]], body: Any
+    broker: Any, pending: list[tuple[Any, asyncio.Future]], written: list[tuple[Any, Any, int]], body: Any
 ) -> asyncio.Future:
     """A future of the response, set once the writes in flight are done and, for
-    acks=-1, fsynced. Chained callbacks rather than a coroutine: no Task per request."""
+    acks=-1, fsynced. Chained callbacks rather than a coroutine: no Task per request.
+    A partition whose write or fsync failed gets KAFKA_STORAGE_ERROR; the others
+    are answered as usual."""
     answer = asyncio.get_running_loop().create_future()
     left = len(pending)
+    flushing = 0
 
-    def flushed(done: asyncio.Future) -> None:
-        error = done.exception()
-        if answer.done():  # the connection went away
-            return
-        if error is not None:
-            answer.set_exception(error)
-        else:
+    def finish() -> None:
+        if not answer.done():  # else the connection went away
             answer.set_result(body)
+
+    def one_flushed(pr: Any, done: asyncio.Future) -> None:
+        nonlocal flushing
+        error = done.exception()
+        if error is not None:
+            _storage_error(pr, error)
+        flushing -= 1
+        if flushing == 0:
+            finish()
 
     def all_written() -> None:
-        durable = [(p, end) for p, end in written if p.log.failed is None]
-        if durable:
-            asyncio.gather(*(broker.flusher.flush(p.log, end) for p, end in durable)).add_done_callback(flushed)
-        elif not answer.done():
-            answer.set_result(body)
+        nonlocal flushing
+        durable = [(pr, p, end) for pr, p, end in written if pr.error_code == ErrorCode.NONE]
+        flushing = len(durable)
+        for pr, p, end in durable:
+            broker.flusher.flush(p.log, end).add_done_callback(functools.partial(one_flushed, pr))
+        if not durable:
+            finish()
 
     def one_written(pr: Any, fut: asyncio.Future) -> None:
         nonlocal left
         error = fut.result()
         if error is not None:
-            pr.error_code, pr.error_message, pr.base_offset = ErrorCode.KAFKA_STORAGE_ERROR, str(error), -1
+            _storage_error(pr, error)
         left -= 1
         if left == 0:
             all_written()

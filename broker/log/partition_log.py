@@ -28,9 +28,13 @@ Why it is shaped this way:
   caller's buffer (the base offset sits outside the CRC'd part of a batch).
 * The read path (``read``, ``read_region``, ``scan``, timestamp lookups)
   lives in ``broker.log.reads`` as a mixin of this class.
-* Every write, fsync and checkpoint of the log's files goes through
-  ``self.files`` (``broker.log.fileops``): one object per broker where
-  storage I/O happens, and where tests make the next call fail.
+* Storage errors take the log offline, with its directory (Kafka's log dir
+  failure): every write, fsync and checkpoint goes through ``self.files``
+  (``broker.log.fileops``), and an ``OSError`` from any of them — ENOSPC,
+  EIO, EROFS — is recorded (``failed``), reported to ``self.log_dir``
+  (``broker.log.log_dir``) and raised as ``LogFailed``.  An offline log takes
+  no appends; whatever it held past its last flush is recovered at the next
+  open as after a crash.
 * The file descriptors handed out by ``flush_target`` and ``read_region``
   belong to the log.  They stay valid until the log deletes the segment
   (retention, truncation), closes, or is deleted; a racing fsync may then see
@@ -46,7 +50,7 @@ import shutil
 import uuid
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,6 +58,7 @@ from broker.log.cleaner import finish_interrupted_cleaning
 from broker.log.config import LogConfig
 from broker.log.fileops import FileOps
 from broker.log.index import INT32_MAX
+from broker.log.log_dir import LogDir
 from broker.log.reads import FileRegion, LogReads, ReadResult
 from broker.log.recovery import (
     RECOVERY_POINT_FILE,
@@ -152,6 +157,7 @@ class PartitionLog(LogReads):
         "clock",
         "config",
         "files",
+        "log_dir",
         "path",
         "recovery",
         "writer",
@@ -187,6 +193,7 @@ class PartitionLog(LogReads):
         self._inflight_batches = 0
         self._failed: BaseException | None = None  # a write failed: the log takes no more appends
         self.files = FileOps()  # the broker hands every log its own (one per broker)
+        self.log_dir: LogDir | None = None  # told of storage errors; offline with it
 
     def __repr__(self) -> str:
         return (
@@ -304,9 +311,12 @@ class PartitionLog(LogReads):
         self._check_writable()
         self.drain()
         self._check_writable()
-        job = self._prepare(batches, assign_offsets, self.clock() if now_ms is None else now_ms)
-        seg = job.segment
-        self.files.write_all(seg.fd, job.data, seg.size)
+        try:
+            job = self._prepare(batches, assign_offsets, self.clock() if now_ms is None else now_ms)
+            seg = job.segment
+            self.files.write_all(seg.fd, job.data, seg.size)
+        except OSError as e:
+            raise self.io_failed(e) from e
         seg.commit(job.batches, job.info.bytes, job.info.last_offset, job.now)
         self._size += job.info.bytes
         return job.info
@@ -335,11 +345,15 @@ class PartitionLog(LogReads):
             raise RuntimeError("append_async needs a writer")
         if self._channel is None:
             self._channel = writer.channel()
-        job = self._prepare(batches, True, self.clock() if now_ms is None else now_ms)
+        try:
+            job = self._prepare(batches, True, self.clock() if now_ms is None else now_ms)
+            fd = job.segment.fd
+        except OSError as e:
+            raise self.io_failed(e) from e
         job.callbacks.append(on_written)
         start = job.segment.size + self._inflight_bytes
         # Completions are delivered on this thread, never inside submit: registering after it is safe.
-        writer.submit(self._channel, job.segment.fd, job.data, start, lambda error: self._written(job, error))
+        writer.submit(self._channel, fd, job.data, start, lambda error: self._written(job, error))
         self._inflight.append(job)
         self._inflight_bytes += job.info.bytes
         self._inflight_batches += len(job.batches)
@@ -359,8 +373,23 @@ class PartitionLog(LogReads):
 
     @property
     def failed(self) -> BaseException | None:
-        """The write error that took the log offline, if any."""
-        return self._failed
+        """The storage error that took the log (or its directory) offline, if any."""
+        if self._failed is not None:
+            return self._failed
+        log_dir = self.log_dir
+        return log_dir.error if log_dir is not None else None
+
+    def io_failed(self, error: BaseException) -> LogFailed:
+        """Take the log and its directory offline after a storage error; return the LogFailed to raise.
+
+        For the log's own I/O, and for callers that did I/O on its behalf
+        (the flusher's fsyncs, reads).  Idempotent: the first error is kept.
+        """
+        if self._failed is None:
+            self._failed = error
+        if self.log_dir is not None:
+            self.log_dir.fail(error, self.path)
+        return LogFailed(f"log {self.path} is offline: {error}")
 
     def drain(self) -> None:
         """Block until every write in flight is done and taken into the log."""
@@ -380,15 +409,19 @@ class PartitionLog(LogReads):
             self._size += job.info.bytes
         else:
             if self._failed is None:
-                self._failed = error if error is not None else LogFailed(f"log {self.path} is closed")
+                if error is not None:
+                    self.io_failed(error)
+                else:
+                    self._failed = LogFailed(f"log {self.path} is closed")
             error = self._failed
         for callback in job.callbacks:
             callback(error)
 
     def _check_writable(self) -> None:
         self._check_open()
-        if self._failed is not None:
-            raise LogFailed(f"log {self.path} is offline after a failed write: {self._failed}")
+        failed = self.failed
+        if failed is not None:
+            raise LogFailed(f"log {self.path} is offline after a storage error: {failed}")
 
     @property
     def _next_offset(self) -> int:
@@ -487,9 +520,12 @@ class PartitionLog(LogReads):
 
     def roll(self, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the log end (no-op when the active one is empty)."""
-        self._check_open()
+        self._check_writable()
         self.drain()
-        return self._roll(self.log_end_offset, self.clock() if now_ms is None else now_ms)
+        try:
+            return self._roll(self.log_end_offset, self.clock() if now_ms is None else now_ms)
+        except OSError as e:
+            raise self.io_failed(e) from e
 
     def _roll(self, base_offset: int, now: int) -> LogSegment:
         assert not self._inflight, "rolling with writes in flight"
@@ -554,12 +590,17 @@ class PartitionLog(LogReads):
         Contract: fsync every descriptor (in any thread), then call
         ``mark_flushed(offset)`` from the log's thread.  Do not close them.
         Keep at most one target per log in flight (coalesce callers instead);
-        on an fsync error, do not call ``mark_flushed``.
+        on an fsync error, call ``io_failed`` instead of ``mark_flushed``.
+        Raises LogFailed for an offline log: nothing more of it becomes durable.
         """
-        self._check_open()
+        self._check_writable()
         leo = self.log_end_offset
         if self._dir_dirty:  # new or removed segment files: sync the directory entry
-            self._pending.append((os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), leo))
+            try:
+                dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError as e:
+                raise self.io_failed(e) from e
+            self._pending.append((dir_fd, leo))
             self._dir_dirty = False
         fds = [fd for fd, _ in self._pending]
         rp = self._recovery_point
@@ -574,7 +615,7 @@ class PartitionLog(LogReads):
         """Record that the descriptors of a ``flush_target`` were fsynced.
 
         With ``checkpoint`` (and ``checkpoint_on_flush``) the recovery-point
-        file is rewritten too.
+        file is rewritten too; failing that takes the log offline.
         """
         if self._closed:
             return
@@ -591,15 +632,24 @@ class PartitionLog(LogReads):
         if offset > self._recovery_point:
             self._recovery_point = offset
             if checkpoint and self.checkpoint_on_flush:
-                self._write_recovery_point()
+                try:
+                    self._write_recovery_point()
+                except OSError as e:
+                    raise self.io_failed(e) from e
         self._last_flush_ms = self.clock()
 
     def flush(self, *, checkpoint: bool = True) -> None:
-        """fsync everything appended, here and now (blocks; waits for writes in flight)."""
+        """fsync everything appended, here and now (blocks; waits for writes in flight).
+
+        Raises LogFailed if the log is offline or an fsync fails (which takes it offline).
+        """
         self.drain()
         fds, offset = self.flush_target()
-        for fd in fds:
-            self.files.fsync(fd)
+        try:
+            for fd in fds:
+                self.files.fsync(fd)
+        except OSError as e:
+            raise self.io_failed(e) from e
         self.mark_flushed(offset, checkpoint=checkpoint)
 
     def _write_recovery_point(self) -> None:
@@ -620,7 +670,7 @@ class PartitionLog(LogReads):
         deleted, so a log always keeps its end offset.  No-op unless the
         cleanup policy includes "delete".
         """
-        self._check_open()
+        self._check_writable()
         cfg = self.config
         if not cfg.deletes or len(self._segments) < 2:
             return 0
@@ -633,9 +683,10 @@ class PartitionLog(LogReads):
             retention_bytes=cfg.retention_bytes,
             total_bytes=self._size,
         )
-        for seg in self._segments[: decision.count]:
-            self._size -= seg.size
-            seg.delete()
+        with self._storage_io():
+            for seg in self._segments[: decision.count]:
+                self._size -= seg.size
+                seg.delete()
         del self._segments[: decision.count]
         del self._bases[: decision.count]
         if decision.count:
@@ -651,14 +702,15 @@ class PartitionLog(LogReads):
         prefix is only hidden.  Returns False when the start is already at or
         past ``offset``; raises OffsetOutOfRange past the log end.
         """
-        self._check_open()
+        self._check_writable()
         if offset > self.log_end_offset:
             raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
         if offset <= self.log_start_offset:
             return False
-        write_log_start(self.path, offset)
-        self._start = offset
-        self._drop_segments_below_start()
+        with self._storage_io():
+            write_log_start(self.path, offset)
+            self._start = offset
+            self._drop_segments_below_start()
         return True
 
     def _drop_segments_below_start(self) -> None:
@@ -684,10 +736,14 @@ class PartitionLog(LogReads):
         again at ``offset``.  The result is fsynced before returning (rare,
         and a crash must not resurrect the removed batches).
         """
-        self._check_open()
+        self._check_writable()
         self.drain()
         if offset >= self.log_end_offset:
             return 0
+        with self._storage_io():
+            return self._truncate_to(offset)
+
+    def _truncate_to(self, offset: int) -> int:
         now = self.clock()
         removed = 0
         keep = bisect_right(self._bases, offset) - 1  # -1: below the log start
@@ -712,6 +768,14 @@ class PartitionLog(LogReads):
         self._fsync_dir()
         return removed
 
+    @contextlib.contextmanager
+    def _storage_io(self) -> Iterator[None]:
+        """Turn an OSError from the block into LogFailed, taking the log offline (rare paths)."""
+        try:
+            yield
+        except OSError as e:
+            raise self.io_failed(e) from e
+
     def _fsync_dir(self) -> None:
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -724,10 +788,10 @@ class PartitionLog(LogReads):
         """Write the indexes, fsync everything, record the recovery point, close files.
 
         Every file is closed whatever happens.  Raises LogFailed when the log
-        is offline (OSError when its last flush fails): what it holds past its
-        last flush is then not known to be on disk, the broker must not write
-        its clean-shutdown marker, and the next open recovers the log as after
-        a crash.  Index files and the recovery-point checkpoint that cannot be
+        is offline or its last flush fails: what it holds past its last flush
+        is then not known to be on disk, the broker must not write its
+        clean-shutdown marker, and the next open recovers the log as after a
+        crash.  Index files and the recovery-point checkpoint that cannot be
         written (a full disk) are only logged: the next open checks index
         files against the log and rebuilds doubtful ones, and a checkpoint
         that lags only makes a later crash recovery check more.
