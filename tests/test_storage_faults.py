@@ -33,6 +33,7 @@ from broker.config import BrokerConfig
 from broker.log import LogConfig, LogFailed, PartitionLog
 from broker.log.fileops import FileOps
 from broker.log.log_dir import LogDir
+from broker.share.coordinator import coordinator_key
 from client.conn import BrokerConnection
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode
@@ -45,6 +46,7 @@ STORAGE = ErrorCode.KAFKA_STORAGE_ERROR  # 56
 PR = api_by_name("Produce").request_class()
 FR = api_by_name("Fetch").request_class()
 LO = api_by_name("ListOffsets").request_class()
+OC = api_by_name("OffsetCommit").request_class()
 T0 = 1_700_000_000_000
 
 
@@ -291,6 +293,49 @@ async def test_waiting_requests_are_answered_when_the_directory_goes_offline(tmp
             c.close()
     finally:
         release()
+        await broker.stop()
+
+
+async def test_coordinators_of_an_offline_directory_step_back(tmp_path) -> None:
+    """FindCoordinator answers COORDINATOR_NOT_AVAILABLE (no leader for the internal
+    partition) and group requests NOT_COORDINATOR, as Kafka's coordinators do."""
+    broker = await start_broker(tmp_path / "data")
+    try:
+        await asyncio.wait_for(broker.groups.runtime.loaded.wait(), 30)
+        topic = broker.topics.create("t", 1, {})
+        conn = await connect(broker)
+        FC = api_by_name("FindCoordinator").request_class()
+        share_key = coordinator_key("sg", topic.topic_id, 0)
+
+        async def find(key: str, key_type: int) -> int:
+            r = await conn.request("FindCoordinator", FC(key_type=key_type, coordinator_keys=[key]), version=6)
+            return r.coordinators[0].error_code
+
+        async def commit() -> int:
+            body = OC(
+                group_id="g",
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                topics=[
+                    OC.OffsetCommitRequestTopic(
+                        name="t", partitions=[OC.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)]
+                    )
+                ],
+            )
+            r = await conn.request("OffsetCommit", body, version=8)
+            return r.topics[0].partitions[0].error_code
+
+        assert await find("g", 0) == 0 and await commit() == 0
+        if broker.share_coordinator is not None:
+            assert await find(share_key, 2) == 0
+        broker.file_ops.fail_next("write", errno.ENOSPC)
+        assert (await produce(conn, "t", 0, batch(1))).error_code == STORAGE
+        assert await find("g", 0) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert await commit() == ErrorCode.NOT_COORDINATOR
+        if broker.share_coordinator is not None:
+            assert await find(share_key, 2) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        conn.close()
+    finally:
         await broker.stop()
 
 

@@ -153,12 +153,14 @@ class CoordinatorRuntime:
         return topic.partitions[p]
 
     def shard(self, p: int) -> Any:
-        """The loaded shard of partition p, or COORDINATOR_LOAD_IN_PROGRESS."""
+        """The loaded shard of partition p, or COORDINATOR_LOAD_IN_PROGRESS (NOT_COORDINATOR when offline)."""
         shard = self.shards.get(p)
         if shard is None:
             if p in self._loading:
                 raise KafkaErrorResponse(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
             raise KafkaErrorResponse(ErrorCode.NOT_COORDINATOR)
+        if self.partition(p).offline:  # its log directory failed: Kafka's coordinator resigns the partition
+            raise KafkaErrorResponse(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{p} is offline")
         return shard
 
     def shard_for(self, key: str) -> Any:

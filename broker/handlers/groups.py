@@ -37,13 +37,17 @@ def handle_find_coordinator(broker: Any, ctx: Any, req: Any) -> Any:
     results = []
     for key in keys:
         c = cls.Coordinator(key=key, error_message=None)
-        if req.key_type == KEY_GROUP and key:
+        if req.key_type == KEY_GROUP and key and _offline(broker.groups.runtime, key):
+            c.error_code, c.node_id, c.port, c.host = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ""
+        elif req.key_type == KEY_GROUP and key:
             c.node_id, c.host, c.port = broker.node_id, broker.host, broker.port
         elif req.key_type == KEY_GROUP:
             c.error_code, c.node_id, c.port, c.host = ErrorCode.INVALID_REQUEST, -1, -1, ""
             c.error_message = "empty group id"
         elif req.key_type == KEY_SHARE and broker.share_coordinator is not None:
-            if _valid_share_key(key):
+            if _valid_share_key(key) and _offline(broker.share_coordinator.runtime, key):
+                c.error_code, c.node_id, c.port, c.host = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ""
+            elif _valid_share_key(key):
                 c.node_id, c.host, c.port = broker.node_id, broker.host, broker.port
             else:
                 c.error_code, c.node_id, c.port, c.host = ErrorCode.INVALID_REQUEST, -1, -1, ""
@@ -63,6 +67,12 @@ def handle_find_coordinator(broker: Any, ctx: Any, req: Any) -> Any:
         host=c.host,
         port=c.port,
     )
+
+
+def _offline(runtime: Any, key: str) -> bool:
+    """Whether the internal-topic partition coordinating `key` is in an offline log directory:
+    Kafka then has no leader for it, and FindCoordinator answers COORDINATOR_NOT_AVAILABLE."""
+    return runtime.partition(runtime.partition_of(key)).offline
 
 
 def _valid_share_key(key: str) -> bool:
