@@ -60,7 +60,7 @@ class DelayedJoin(DelayedOperation):
         now = self.coord.now()
         if g.can_complete_join(now) or (g.join_deadline_ms is not None and now >= g.join_deadline_ms):
             g.complete_join(now)
-        self.coord.after(self.partition, g, rearm_join=True)
+        self.coord.after(self.partition, g)
 
     def on_expiration(self) -> None:
         pass
@@ -127,6 +127,7 @@ class GroupCoordinator:
         self.purgatory = Purgatory("Rebalance", broker.timer)
         self._heartbeats: dict[tuple[str, str], int] = {}  # scheduled expiry per member
         self._sync_timers: dict[str, TimerTask] = {}
+        self._joins: dict[str, DelayedJoin] = {}  # the group's DelayedJoin while it prepares a rebalance
         self._last_seen: dict[str, tuple] = {}  # (state, generation) last logged per group
         self._tasks: set[asyncio.Task] = set()
         self._expiry_task: asyncio.Task | None = None
@@ -170,7 +171,7 @@ class GroupCoordinator:
         self.purgatory.shutdown()
 
     # -- the common tail of every group operation -------------------------------------
-    def after(self, p: int, group: ClassicGroup, rearm_join: bool = False) -> None:
+    def after(self, p: int, group: ClassicGroup) -> None:
         """Deliver answers, persist if needed, (re)arm deadlines, try to complete a join."""
         shard = self.runtime.shards[p]
         seen = (group.state, group.generation_id)
@@ -192,7 +193,7 @@ class GroupCoordinator:
             fut.add_done_callback(lambda f, out=outbox, g=group: self._deliver_after_write(f, out, g))
         else:
             self._deliver(outbox)
-        self._arm(p, group, rearm_join)
+        self._arm(p, group)
         if group.state == GroupState.PREPARING_REBALANCE:
             self.purgatory.check_and_complete(("join", group.group_id))
         if group.state == GroupState.DEAD or (group.state == GroupState.EMPTY and not group.members):
@@ -235,12 +236,17 @@ class GroupCoordinator:
             return
         self._deliver(outbox)
 
-    def _arm(self, p: int, group: ClassicGroup, rearm_join: bool) -> None:
+    def _arm(self, p: int, group: ClassicGroup) -> None:
         gid = group.group_id
         if group.state == GroupState.PREPARING_REBALANCE and group.join_deadline_ms is not None:
-            if rearm_join or self.purgatory.watched(("join", gid)) == 0:
+            # One live DelayedJoin per rebalance. (The watch list also holds completed operations until
+            # a purge, so its length cannot tell: counting it left a group that had emptied and was
+            # joined again with no DelayedJoin, waiting for an unrelated expiry.)
+            current = self._joins.get(gid)
+            if current is None or current.is_completed:
                 timeout = max(0, group.join_deadline_ms - self.now())
-                self.purgatory.try_complete_else_watch(DelayedJoin(self, p, gid, timeout), [("join", gid)])
+                op = self._joins[gid] = DelayedJoin(self, p, gid, timeout)
+                self.purgatory.try_complete_else_watch(op, [("join", gid)])
         deadlines = {m.member_id: m.heartbeat_deadline_ms for m in group.members.values()}
         deadlines.update(group.pending_members)
         for mid, deadline in deadlines.items():
@@ -277,6 +283,7 @@ class GroupCoordinator:
             del self._heartbeats[(gid, member_id)]
 
     def _forget_group_timers(self, gid: str) -> None:
+        self._joins.pop(gid, None)
         for key in [k for k in self._heartbeats if k[0] == gid]:
             del self._heartbeats[key]
         timer = self._sync_timers.pop(gid, None)
