@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.clock import SystemClock
+from broker.dir_lock import DirLock
 from broker.fetch_session import FetchSessionCache
 from broker.flusher import Flusher
 from broker.group_configs import GroupConfigs
@@ -81,6 +82,7 @@ class Broker:
         # Every write and fsync of a log file goes through file_ops (tests inject faults there).
         self.file_ops = FileOps()
         self.log_dir = LogDir(str(self.data_dir))
+        self.dir_lock = DirLock(self.data_dir)
         self.log_dir.add_listener(self._on_log_dir_failure)
         self.flusher = Flusher(self.file_ops)
         self.log_writer: ThreadedWriter | None = None  # large produce writes, off the event loop; at start
@@ -100,9 +102,17 @@ class Broker:
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.dir_lock.acquire()  # DataDirLocked if another broker has it: before anything is read or written
+        try:
+            await self._start()
+        except BaseException:
+            self.dir_lock.release()
+            raise
+
+    async def _start(self) -> None:
         from broker.server import Server
 
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         fresh = not (self.data_dir / "meta.properties").exists()
         self.cluster_id = self._load_meta()
         self._remove_deleted_dirs()
@@ -177,6 +187,7 @@ class Broker:
         if self.timer is not None:
             _step("stopping the timer", self.timer.close)
         self._leave_marker(unclean)
+        self.dir_lock.release()
         log.info("shutdown complete")
         self.stopped.set()
 

@@ -1,7 +1,8 @@
 """`shoal-broker` / `python -m broker`: parse settings, run one broker until a signal.
 
 Exit codes: 0 after a clean shutdown (SIGINT/SIGTERM), 2 for unusable
-settings (reported before anything binds), 1 if the broker fails to start
+settings (reported before anything binds) or a data directory another broker
+holds (its `.lock`), 1 if the broker fails to start
 (port in use, unreadable data dir).
 """
 
@@ -14,6 +15,7 @@ import signal
 import sys
 
 from broker.config import BrokerConfig, ConfigError, parse_properties
+from broker.dir_lock import DataDirLocked
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -61,6 +63,9 @@ async def run(config: BrokerConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await broker.start()
+    except DataDirLocked as e:
+        logging.getLogger("shoal").error("cannot start: %s", e)
+        return 2
     except OSError as e:
         logging.getLogger("shoal").error("cannot start: %s", e)
         return 1
