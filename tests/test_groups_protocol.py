@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from broker.coordinator.runtime import partition_for
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode
 from tests.brokers import RawClient
@@ -17,6 +18,7 @@ SG = api_by_name("SyncGroup").request_class()
 LG = api_by_name("LeaveGroup").request_class()
 OC = api_by_name("OffsetCommit").request_class()
 OD = api_by_name("OffsetDelete").request_class()
+OFFSETS_PARTITIONS = 50  # offsets.topic.num.partitions (default)
 
 
 @pytest.fixture
@@ -127,8 +129,28 @@ def _offsets(c: RawClient, gid: str) -> dict:
 
 
 def _wait_loaded(c: RawClient) -> None:
+    """Until every __consumer_offsets partition has loaded, as a client retrying LOAD_IN_PROGRESS would.
+
+    Probing one group is not enough: each group id maps to its own partition, and the
+    partitions load one after another, so a test's group may still be loading when the
+    probe's has finished (that made test_commit_errors_and_deleted_topics flaky under load).
+    """
     _until(lambda: c.call("FindCoordinator", 3, key="probe", key_type=0).error_code == 0)
-    _until(lambda: join(c, "probe-group", member_id="x").error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    probes: dict[int, str] = {}
+    i = 0
+    while len(probes) < OFFSETS_PARTITIONS:
+        probes.setdefault(partition_for(f"probe-{i}", OFFSETS_PARTITIONS), f"probe-{i}")
+        i += 1
+    OF = api_by_name("OffsetFetch").request_class()
+    for gid in probes.values():
+        _until(
+            lambda gid=gid: (
+                c.call("OffsetFetch", 8, groups=[OF.OffsetFetchRequestGroup(group_id=gid, topics=None)])
+                .groups[0]
+                .error_code
+                != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            )
+        )
 
 
 def _until(cond, timeout: float = 10.0) -> None:
