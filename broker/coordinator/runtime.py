@@ -2,22 +2,30 @@
 
 Every coordinator (group coordinator on __consumer_offsets, share coordinator
 on __share_group_state) keeps its state in shards, one per partition of its
-internal topic, and changes it only one way:
+internal topic. A write goes:
 
-    operation(shard) -> (records, response)
+    operation on the shard -> records
     append the records to the shard's partition (one batch)
     replay the same records into the shard
     answer once the append is durable (group-committed fsync)
 
-so the log is the truth and memory is a cache of it: at start-up each
-partition is read from its log start and replayed, and until that finished
-the shard answers COORDINATOR_LOAD_IN_PROGRESS. Operations on one shard run
-to completion synchronously (asyncio is single-threaded), so writes to a
+For committed offsets and share-partition state the records are the whole
+change: the operation only validates, and memory changes by replay. Group
+membership is different, as in Kafka: a classic or share group is a live
+object whose transitions happen in memory (pending joins, timers), and the
+records it writes describe the result; they are replayed only at load.
+
+Either way the log is the truth. At start-up each partition is read from its
+log start and replayed, and until then the shard answers
+COORDINATOR_LOAD_IN_PROGRESS. A write the log refuses reverts the shard to
+its log (it is dropped and replayed again, as Kafka's runtime reverts its
+in-memory state to the last written offset), so a failed write never leaves
+a change in memory that a restart would not have. Operations on one shard
+run to completion synchronously (asyncio is single-threaded), so writes to a
 partition are serialized; only the durability wait is asynchronous, and
-answers for one partition become durable in order. Replay is bounded by
-live state: __consumer_offsets is compacted; __share_group_state (as in
-Kafka) is not, its coordinator prunes the log below the oldest snapshot
-still needed.
+answers for one partition become durable in order. Replay is bounded by live
+state: __consumer_offsets is compacted; __share_group_state (as in Kafka) is
+not, its coordinator prunes the log below the oldest snapshot still needed.
 
 A shard is any object with `replay(record, offset)`; coordinators define
 their shards as sans-IO classes.
@@ -31,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from broker.coordinator.write_errors import write_failure
 from protocol.coordinator_records import CoordinatorRecord, RecordSerde
 from protocol.errors import ErrorCode, KafkaErrorResponse
 from protocol.exceptions import ProtocolError
@@ -80,12 +89,16 @@ class CoordinatorRuntime:
         serde: RecordSerde,
         make_shard: Callable[[int], Shard],
         topic_configs: dict[str, str],
+        on_loaded: Callable[[int, Any], None] | None = None,
+        on_unloaded: Callable[[int, Any, int], None] | None = None,
     ) -> None:
         self.broker = broker
         self.topic = topic
         self.num_partitions = num_partitions
         self.serde = serde
         self._make_shard = make_shard
+        self._on_loaded = on_loaded  # (p, shard): a shard was (re)loaded and serves from now on
+        self._on_unloaded = on_unloaded  # (p, old shard, error): dropped after a failed write; fail its waiters
         self._topic_configs = topic_configs
         self.shards: dict[int, Shard] = {}
         self._loading: set[int] = set()
@@ -115,13 +128,53 @@ class CoordinatorRuntime:
         started = loop.time()
         records = 0
         for p in range(self.num_partitions):
-            shard = self._make_shard(p)
-            records += self._replay_partition(p, shard)
-            self.shards[p] = shard
-            self._loading.discard(p)
+            records += self._load(p)
             await asyncio.sleep(0)  # let other work run between partitions
         self.loaded.set()
         log.info("loaded %s: %d records replayed in %.3f s", self.topic, records, loop.time() - started)
+
+    def _load(self, p: int) -> int:
+        """Replay partition p into a new shard, which then serves; returns the records replayed."""
+        shard = self._make_shard(p)
+        n = self._replay_partition(p, shard)
+        self.shards[p] = shard
+        self._loading.discard(p)
+        if self._on_loaded is not None:
+            self._on_loaded(p, shard)
+        return n
+
+    def _revert(self, p: int, error: int) -> None:
+        """Memory back to what the log holds, after a write that did not reach it.
+
+        The operation that failed (and possibly others before it in this loop
+        turn) changed the shard's objects before asking for the append. As
+        Kafka's runtime reverts its in-memory state to the last written offset,
+        the shard is dropped and replayed from its log; meanwhile it answers
+        COORDINATOR_LOAD_IN_PROGRESS, and clients retry. Requests waiting on the
+        dropped shard get the failed write's `error`, as Kafka fails the writes
+        queued behind a failed batch.
+        """
+        old = self.shards.pop(p, None)
+        if old is None:
+            return
+        self._loading.add(p)
+        if self._on_unloaded is not None:
+            self._on_unloaded(p, old, error)
+        if self.partition(p).offline:
+            self._loading.discard(p)  # its log failed: the partition stays resigned (NOT_COORDINATOR)
+            return
+        asyncio.get_running_loop().call_soon(self._reload, p)
+
+    def _reload(self, p: int) -> None:
+        if p not in self._loading or p in self.shards:
+            return
+        try:
+            n = self._load(p)
+        except Exception:
+            log.exception("%s-%d: reloading after a failed write failed", self.topic, p)
+            self._loading.discard(p)
+            return
+        log.info("%s-%d: reloaded from its log after a failed write (%d records)", self.topic, p, n)
 
     def _replay_partition(self, p: int, shard: Shard) -> int:
         partition = self.partition(p)
@@ -168,27 +221,43 @@ class CoordinatorRuntime:
 
     # -- writes ----------------------------------------------------------------
     def append(self, p: int, records: Sequence[Record]) -> asyncio.Future:
-        """Append + replay now; the returned future resolves when the write is durable."""
+        """Append + replay now; the returned future resolves when the write is durable.
+
+        A write the log refuses (records that cannot be encoded, a batch too
+        large, a disk error) raises KafkaErrorResponse with the error a client
+        of the coordinator gets, and reverts the shard to its log (`_revert`),
+        so no change the caller made in memory outlives the failed write. The
+        future fails the same way when the fsync fails; the log directory is
+        then offline and the partition answers NOT_COORDINATOR until a restart,
+        which replays the batch only if it reached the disk whole (a torn
+        batch fails its CRC and is cut): never half an operation.
+        """
         shard = self.shard(p)
         partition = self.partition(p)
         now = self.broker.clock.now_ms()
         serde = self.serde
-        encoded = [
-            (
-                serde.encode_key(r.name, r.key),
-                serde.encode_value(r.name, r.value, r.value_version),
-                [],
-                now,
-            )
-            for r in records
-        ]
-        info = partition.log.append(build_batch(encoded), now_ms=now)
+        try:
+            encoded = [
+                (
+                    serde.encode_key(r.name, r.key),
+                    serde.encode_value(r.name, r.value, r.value_version),
+                    [],
+                    now,
+                )
+                for r in records
+            ]
+            info = partition.log.append(build_batch(encoded), now_ms=now)
+        except Exception as e:
+            log.error("%s-%d: a coordinator write failed: %r", self.topic, p, e)
+            failure = write_failure(e)
+            self._revert(p, failure.code)
+            raise failure from e
         for i, r in enumerate(records):
             rt = serde.record_type(r.name)
             version = r.value_version if r.value_version is not None else serde.latest_value_version(r.name)
             shard.replay(CoordinatorRecord(rt, r.key, r.value, version), info.first_offset + i)
         self.broker.on_append(partition)
-        return self.broker.flusher.flush(partition.log, info.last_offset + 1)
+        return _normalized(self.broker.flusher.flush(partition.log, info.last_offset + 1))
 
     def barrier(self, p: int) -> asyncio.Future | None:
         """A future for "everything written to partition p so far is durable", or None if it is.
@@ -209,3 +278,23 @@ class CoordinatorRuntime:
         if records:
             await self.append(p, records)
         return response
+
+
+def _normalized(durable: asyncio.Future) -> asyncio.Future:
+    """`durable`, failing with the coordinator client's error instead of the flusher's."""
+    if durable.done() and not durable.cancelled() and durable.exception() is None:
+        return durable
+    out = asyncio.get_running_loop().create_future()
+
+    def settle(f: asyncio.Future) -> None:
+        if out.done():
+            return
+        if f.cancelled():
+            out.cancel()
+        elif f.exception() is not None:
+            out.set_exception(write_failure(f.exception()))
+        else:
+            out.set_result(f.result())
+
+    durable.add_done_callback(settle)
+    return out

@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.coordinator.write_errors import append_error_to_response
 from protocol.errors import ErrorCode
 
 
@@ -70,17 +71,6 @@ class AssignmentWrite:
 
     generation_id: int
     assignments: dict[str, bytes]  # every member of that generation (missing ones get b"")
-
-
-def append_error_to_response(code: int) -> int:
-    """The SyncGroup error for a failed write of the group's metadata (Kafka's mapping)."""
-    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
-    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
-        return ErrorCode.UNKNOWN_SERVER_ERROR
-    return code
 
 
 @dataclass(slots=True)
@@ -566,10 +556,11 @@ class ClassicGroup:
             self._prepare_rebalance(now_ms)
         # In PreparingRebalance the caller re-checks can_complete_join.
 
-    def to_dead(self, now_ms: int) -> None:
+    def to_dead(self, now_ms: int, error: int = ErrorCode.COORDINATOR_NOT_AVAILABLE) -> None:
+        """Deleted (or dropped with its coordinator's shard): waiting joins and syncs get `error`."""
         for m in self.members.values():
-            self._answer_join(m, JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=m.member_id))
-            self._answer_sync(m, SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            self._answer_join(m, JoinResult(error, member_id=m.member_id))
+            self._answer_sync(m, SyncResult(error))
         self.members.clear()
         self.static_members.clear()
         self.pending_members.clear()

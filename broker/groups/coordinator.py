@@ -24,6 +24,7 @@ import logging
 from typing import Any
 
 from broker.coordinator.runtime import CoordinatorRuntime, Record
+from broker.coordinator.write_errors import append_error_code, append_error_to_response
 from broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams
 from broker.groups.shard import GroupMetadataKey, GroupSettings, GroupShard
 from broker.purgatory import DelayedOperation, Purgatory
@@ -123,6 +124,8 @@ class GroupCoordinator:
                 "segment.bytes": str(cfg.get("offsets.topic.segment.bytes")),
                 "compression.type": "producer",
             },
+            on_loaded=self._shard_loaded,
+            on_unloaded=self._shard_unloaded,
         )
         self.purgatory = Purgatory("Rebalance", broker.timer)
         self._heartbeats: dict[tuple[str, str], int] = {}  # scheduled expiry per member
@@ -146,20 +149,24 @@ class GroupCoordinator:
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
         self.runtime.start()
-        self._tasks.add(asyncio.create_task(self._after_load()))
         interval = self.broker.config.get("offsets.retention.check.interval.ms")
         self._expiry_task = asyncio.create_task(self._expire_loop(interval))
 
-    async def _after_load(self) -> None:
-        await self.runtime.loaded.wait()
-        for p, shard in self.runtime.shards.items():
-            shard.finish_loading()
-            for g in shard.groups.values():
-                # Restored groups: members must heartbeat within their session timeout.
-                for m in g.members.values():
-                    m.heartbeat_deadline_ms = self.now() + m.session_timeout_ms
-                self.after(p, g)
-        self.share.after_load()
+    def _shard_loaded(self, p: int, shard: GroupShard) -> None:
+        """A partition was replayed (at start, or again after a failed write) and serves from now on."""
+        shard.finish_loading()
+        for g in list(shard.groups.values()):
+            # Restored groups: members must heartbeat within their session timeout.
+            for m in g.members.values():
+                m.heartbeat_deadline_ms = self.now() + m.session_timeout_ms
+            self.after(p, g)
+        self.share.after_load(p, shard)
+
+    def _shard_unloaded(self, p: int, shard: GroupShard, error: int) -> None:
+        """A shard dropped after a failed write: its waiting joins and syncs get the write's error."""
+        for g in shard.groups.values():
+            g.to_dead(self.now(), error)
+            self._deliver(g.take_outbox())
 
     def close(self) -> None:
         self.share.close()
@@ -189,7 +196,13 @@ class GroupCoordinator:
             self._store_assignment(p, shard, group, write)
         if group.dirty:
             group.dirty = False
-            fut = self.runtime.append(p, [shard.group_record(group)])
+            try:
+                fut = self.runtime.append(p, [shard.group_record(group)])
+            except KafkaErrorResponse as e:
+                # Nothing was written and the shard is being replayed from its log: this group
+                # object is gone, and the requests it answered get the write's error instead.
+                self._deliver_failed(outbox, e.code)
+                return
             fut.add_done_callback(lambda f, out=outbox, g=group: self._deliver_after_write(f, out, g))
         else:
             self._deliver(outbox)
@@ -203,16 +216,15 @@ class GroupCoordinator:
         """Persist a leader's assignment; the group learns the outcome once the write settled."""
         try:
             fut = self.runtime.append(p, [shard.group_record(group, write.assignments)])
-        except Exception as e:  # noqa: BLE001 - e.g. the log refused the append: the sync fails
-            fut = asyncio.get_running_loop().create_future()
-            fut.set_exception(e)
+        except KafkaErrorResponse:
+            return  # the shard was dropped and is replayed from its log; its syncs were answered
         fut.add_done_callback(lambda f: self._assignment_stored(p, group, write, f))
 
     def _assignment_stored(self, p: int, group: ClassicGroup, write: AssignmentWrite, fut: asyncio.Future) -> None:
         exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
         if exc is not None:
             log.error("group %s: persisting the assignment failed: %r", group.group_id, exc)
-        group.assignment_stored(write, _append_error_code(exc), self.now())
+        group.assignment_stored(write, append_error_code(exc), self.now())
         if p in self.runtime.shards:
             self.after(p, group)
         else:
@@ -229,12 +241,15 @@ class GroupCoordinator:
             exc = fut.exception()
         if exc is not None:
             log.error("group %s: persisting metadata failed: %r", group.group_id, exc)
-            for token, result in outbox:
-                if isinstance(token, asyncio.Future) and not token.done():
-                    result.error = ErrorCode.NOT_COORDINATOR
-                    token.set_result(result)
+            self._deliver_failed(outbox, append_error_to_response(append_error_code(exc)))
             return
         self._deliver(outbox)
+
+    def _deliver_failed(self, outbox: list[tuple[Any, Any]], error: int) -> None:
+        for token, result in outbox:
+            if isinstance(token, asyncio.Future) and not token.done():
+                result.error = error
+                token.set_result(result)
 
     def _arm(self, p: int, group: ClassicGroup) -> None:
         gid = group.group_id
@@ -452,7 +467,12 @@ class GroupCoordinator:
             if group is not None:
                 group.to_dead(self.now())
                 self._forget_group_timers(gid)
-            await self.runtime.append(p, records)
+                self._deliver(group.take_outbox())
+            try:
+                await self.runtime.append(p, records)
+            except KafkaErrorResponse as e:
+                out.append(e.code)  # not deleted: the shard is replayed from its log, the group comes back
+                continue
             out.append(ErrorCode.NONE)
         return out
 
@@ -468,8 +488,12 @@ class GroupCoordinator:
         for p, shard in list(self.runtime.shards.items()):
             records = shard.expired_records(now)
             if records:
+                try:
+                    await self.runtime.append(p, records)
+                except KafkaErrorResponse as e:
+                    log.error("__consumer_offsets-%d: expiring offsets failed (%s); retried next round", p, e)
+                    continue
                 n += len(records)
-                await self.runtime.append(p, records)
         if n:
             log.info("expired %d offsets/groups", n)
         return n
@@ -481,18 +505,20 @@ class GroupCoordinator:
             for gid, offsets in shard.offsets.items():
                 records += shard.delete_offsets_records(gid, [tp for tp in offsets if tp[0] == name])
             if records:
-                self.runtime.append(p, records)
+                try:
+                    fut = self.runtime.append(p, records)
+                except KafkaErrorResponse as e:
+                    log.error("__consumer_offsets-%d: tombstoning offsets of deleted topic %s failed: %s", p, name, e)
+                    continue
+                fut.add_done_callback(_log_failure(f"tombstoning offsets of deleted topic {name}"))
 
 
-def _append_error_code(exc: BaseException | None) -> int:
-    """The Kafka error of a failed coordinator append (a disk error is KAFKA_STORAGE_ERROR)."""
-    if exc is None:
-        return ErrorCode.NONE
-    if isinstance(exc, KafkaErrorResponse):
-        return exc.code
-    if isinstance(exc, OSError):
-        return ErrorCode.KAFKA_STORAGE_ERROR
-    return ErrorCode.NOT_COORDINATOR  # the coordinator is shutting down (flusher closed, task cancelled)
+def _log_failure(what: str):
+    def done(fut: asyncio.Future) -> None:
+        if not fut.cancelled() and fut.exception() is not None:
+            log.error("%s failed: %s", what, fut.exception())
+
+    return done
 
 
 def _subscribed_topics(group: ClassicGroup) -> set[str]:

@@ -165,16 +165,16 @@ class ShareCoordinator:
             return None
         try:
             fut = self.runtime.append(p, records)
-        except (LogError, OSError) as e:
+        except KafkaErrorResponse as e:
             log.error("%s-%d: append failed: %s", TOPIC, p, e)
-            return _error(ErrorCode.NOT_COORDINATOR, f"could not write share-group state: {e}")
+            return _error(e.code, f"could not write share-group state: {e}")
         try:
             await asyncio.wait_for(asyncio.shield(fut), self.write_timeout_s)
         except TimeoutError:
             return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out")
-        except (OSError, RuntimeError, LogError) as e:
-            log.error("%s-%d: state not made durable: %r", TOPIC, p, e)
-            return _error(ErrorCode.NOT_COORDINATOR, f"could not write share-group state: {e}")
+        except KafkaErrorResponse as e:
+            log.error("%s-%d: state not made durable: %s", TOPIC, p, e)
+            return _error(e.code, f"could not write share-group state: {e}")
         return None
 
     # -- operations, with the error text Kafka puts in responses --------------------
@@ -322,7 +322,11 @@ class ShareCoordinator:
             for group, tid, partition in [k for k in shard.states if k[1] == topic_id]:
                 records += shard.delete(group, tid, partition)[0]
             if records:
-                fut = self.runtime.append(p, records)
+                try:
+                    fut = self.runtime.append(p, records)
+                except KafkaErrorResponse as e:
+                    log.error("%s-%d: tombstoning state of deleted topic %s failed: %s", TOPIC, p, topic_id, e)
+                    continue
                 fut.add_done_callback(_log_failure(f"tombstoning state of deleted topic {topic_id}"))
 
     # -- pruning -------------------------------------------------------------------------

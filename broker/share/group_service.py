@@ -101,19 +101,19 @@ class ShareGroupService:
         return self.broker.config.group_defaults()[name]
 
     # -- lifecycle -------------------------------------------------------------------------
-    def after_load(self) -> None:
-        """Restored members must heartbeat within their session; stuck initializations retry."""
+    def after_load(self, p: int, shard: Any) -> None:
+        """Partition p was (re)loaded: restored members must heartbeat within their session;
+        stuck initializations retry."""
         now = self.now()
-        for p, shard in self.runtime.shards.items():
-            for g in shard.share_groups.values():
-                timeout = self.setting(g.group_id, "share.session.timeout.ms")
-                for m in g.members.values():
-                    m.session_deadline_ms = now + timeout
-                for st in g.initializing.values():
-                    st.timestamp_ms = now
-                self._arm(p, g)
-                if g.deleting:
-                    self._start_deletes(p, g, {t: InitState(n, frozenset()) for t, n in g.deleting.items()})
+        for g in list(shard.share_groups.values()):
+            timeout = self.setting(g.group_id, "share.session.timeout.ms")
+            for m in g.members.values():
+                m.session_deadline_ms = now + timeout
+            for st in g.initializing.values():
+                st.timestamp_ms = now
+            self._arm(p, g)
+            if g.deleting:
+                self._start_deletes(p, g, {t: InitState(n, frozenset()) for t, n in g.deleting.items()})
 
     def close(self) -> None:
         self.sessions.clear()
@@ -179,15 +179,28 @@ class ShareGroupService:
 
     # -- persistence -------------------------------------------------------------------------
     def persist(self, p: int, shard: Any, group: ShareGroup) -> asyncio.Future | None:
-        """Write what changed in `group`; a future for durability (None: nothing pending)."""
+        """Write what changed in `group`; a future for durability (None: nothing pending).
+
+        Raises KafkaErrorResponse when the log refuses the write; the runtime then
+        replays the shard from its log, so the change made to `group` is dropped with it.
+        """
         if not group.dirty and not group.state_dirty:
             return self.runtime.barrier(p)  # a steady heartbeat: nothing to write
         records, img = diff_records(group, shard.share_images.get(group.group_id, {}))
         group.dirty = group.state_dirty = False
         if records:
-            shard.share_images[group.group_id] = img
-            return self.runtime.append(p, records)
+            fut = self.runtime.append(p, records)
+            shard.share_images[group.group_id] = img  # what the log holds now
+            return fut
         return self.runtime.barrier(p)
+
+    def _persist_quietly(self, p: int, shard: Any, group: ShareGroup, what: str) -> asyncio.Future | None:
+        """persist() for background changes (expiry, topic deletion): a failure is logged."""
+        try:
+            return self.persist(p, shard, group)
+        except KafkaErrorResponse as e:
+            log.error("share group %s: persisting %s failed: %s", group.group_id, what, e)
+            return None
 
     def _log_change(self, g: ShareGroup) -> None:
         seen = (g.state, g.group_epoch, len(g.members))
@@ -250,13 +263,19 @@ class ShareGroupService:
         if not group.members and not shard.share_images.get(gid) and group.group_epoch == 0:
             shard.share_groups.pop(gid, None)  # a failed first join leaves nothing behind
             return _answer(result, interval)
-        durable = self.persist(p, shard, group)
+        try:
+            durable = self.persist(p, shard, group)
+        except KafkaErrorResponse as e:  # nothing written; the group is replayed from the log as it was
+            return HeartbeatAnswer(e.code, e.detail, member_id or None, member_epoch, interval)
         self._log_change(group)
         self._arm(p, group)
         if durable is not None:
             try:
                 await durable
-            except Exception as e:  # noqa: BLE001 - the write failed: the member must retry
+            except KafkaErrorResponse as e:  # the write failed: the member must retry
+                log.error("share group %s: persisting failed: %s", gid, e)
+                return HeartbeatAnswer(e.code, None, member_id, member_epoch, interval)
+            except Exception as e:  # noqa: BLE001 - cancelled at shutdown
                 log.error("share group %s: persisting failed: %r", gid, e)
                 return HeartbeatAnswer(ErrorCode.NOT_COORDINATOR, None, member_id, member_epoch, interval)
         if inits:
@@ -325,7 +344,7 @@ class ShareGroupService:
         shard = self._current(p, group)
         if shard is None:
             return
-        fut = self.persist(p, shard, group)
+        fut = self._persist_quietly(p, shard, group, "state partitions")
         self._log_change(group)
         if fut is not None:
             try:
@@ -361,7 +380,7 @@ class ShareGroupService:
             log.info("share group %s: member %s left (session timeout)", gid, m)
             self._member_gone(gid, m)
         if gone:
-            self.persist(p, shard, group)
+            self._persist_quietly(p, shard, group, "expired members")
             self._log_change(group)
         self._arm(p, group)
 
@@ -375,7 +394,7 @@ class ShareGroupService:
         for p, shard in self.runtime.shards.items():
             for g in shard.share_groups.values():
                 if g.forget_offsets(topic_id) is not None:
-                    self.persist(p, shard, g)
+                    self._persist_quietly(p, shard, g, f"the deletion of topic {topic_id}")
 
     # -- admin -------------------------------------------------------------------------------
     async def describe(self, gid: str) -> ShareGroup:
@@ -412,7 +431,10 @@ class ShareGroupService:
             self.groups.purgatory.check_and_complete(("share-session", gid))
         self._last_seen.pop(gid, None)
         if records:
-            await self.runtime.append(p, records)
+            try:
+                await self.runtime.append(p, records)
+            except KafkaErrorResponse as e:
+                return e.code  # the shard is replayed from its log: the group comes back as it was
         log.info("share group %s deleted", gid)
         return ErrorCode.NONE
 
