@@ -187,7 +187,15 @@ def wait_acknowledged(
         while time.perf_counter() < deadline:
             seen = sorted(share_offsets(c, group))
             if len(seen) == len(hwms) and all(start >= 0 and lag == 0 for _, start, lag in seen):
-                return time.perf_counter(), [start for _, start, _ in seen]
+                acked = time.perf_counter()
+                # Lag 0 can be durable one write before the start offset is: the write that moves
+                # the start past acknowledgements made while an earlier one was pending follows
+                # them. The starts reported are those once that write landed (or after 5 s).
+                settle = acked + 5.0
+                while any(start < hwm for (_, start, _), hwm in zip(seen, hwms)) and time.perf_counter() < settle:
+                    time.sleep(every)
+                    seen = sorted(share_offsets(c, group))
+                return acked, [start for _, start, _ in seen]
             time.sleep(every)
     return float("nan"), [start for _, start, _ in seen]
 

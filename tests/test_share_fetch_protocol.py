@@ -241,6 +241,49 @@ def test_closing_the_connection_releases_records(broker) -> None:
     assert [(f, last) for f, last, _ in got] == [(0, 3)]
 
 
+def _until_session_gone(broker, group: str, member: str) -> None:
+    """Until the broker has dropped the member's session (a fetch at its next epoch is refused)."""
+    deadline = time.monotonic() + 5
+    with RawClient(broker.port) as c:
+        while fetch(c, group, member, 1).error_code != ErrorCode.SHARE_SESSION_NOT_FOUND:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+
+@pytest.mark.parametrize("how", ["connection closed", "final epoch"])
+def test_a_long_poll_of_a_closed_session_acquires_nothing(broker, how) -> None:
+    """A ShareFetch waiting in the purgatory when its session goes (its connection closed, or
+    the member closed the session from another connection, or was removed from the group)
+    must not acquire records when a produce wakes it: they would stay locked for a member that
+    has left, until the lock timeout. Before, the final-epoch case handed all 5 records to the
+    closed session (a closed connection already cancelled its waiting fetch). Nothing is
+    acquired, so no error code is involved; the records go to the next member, delivery count 1."""
+    group, topic = f"g-gone-{how[0]}", f"sf-gone-{how[0]}"
+    tid = ready_topic(broker, topic, group, 0)
+    waiting = RawClient(broker.port)
+    try:
+        assert fetch(waiting, group, "gone", 0, [(tid, 0)]).error_code == 0  # session at epoch 1
+        waiting.send(
+            "ShareFetch",
+            1,
+            SF(group_id=group, member_id="gone", share_session_epoch=1, max_wait_ms=10_000, min_bytes=1,
+               max_bytes=MIB, max_records=500, batch_size=500, topics=[], forgotten_topics_data=[]),
+        )  # fmt: skip
+        time.sleep(0.2)  # it waits in the purgatory
+        if how == "connection closed":
+            waiting.close()
+        else:
+            with RawClient(broker.port) as other:
+                assert acknowledge(other, group, "gone", -1, tid, 0).error_code == 0
+        _until_session_gone(broker, group, "gone")
+        produce(broker.bootstrap, topic, 5)
+        with RawClient(broker.port) as c:
+            got = acquired(fetch(c, group, "next", 0, [(tid, 0)], max_wait=2000))
+        assert got == [(0, 4, 1)]
+    finally:
+        waiting.close()
+
+
 def test_session_limit(broker) -> None:
     tid = ready_topic(broker, "sf-limit", "g-limit", 0)
     clients = [RawClient(broker.port) for _ in range(4)]
@@ -339,14 +382,67 @@ def test_small_max_records_and_the_in_flight_cap(broker) -> None:
     in-flight cap (2,000) bounds a fetch asking for 20,000."""
     tid = ready_topic(broker, "sf-small", "g-small", 0)
     produce_kib(broker.bootstrap, "sf-small", 30_000)
-    with RawClient(broker.port, timeout=30) as c:
+    # The first member's connection stays open while the second fetches: closing it would
+    # release its records (as Kafka releases a disconnected client's share session), and
+    # whether that release came before the second fetch was a race (the test was flaky).
+    with RawClient(broker.port, timeout=30) as c, RawClient(broker.port, timeout=30) as c2:
         r = fetch(c, "g-small", "m", 0, [(tid, 0)], max_records=500, max_bytes=50 * MIB)
         ((ranges, held, size),) = by_partition(r).values()
         first = count(ranges)
         assert ranges[0][0] == 0 and 500 <= first < 500 + 64 and held == first
         assert size < 600 * 1024
-    with RawClient(broker.port, timeout=30) as c:
-        r = fetch(c, "g-small", "m2", 0, [(tid, 0)], max_records=20_000, max_bytes=50 * MIB)
+        r = fetch(c2, "g-small", "m2", 0, [(tid, 0)], max_records=20_000, max_bytes=50 * MIB)
         ((ranges, held, _),) = by_partition(r).values()
         # batch-optimized acquisition may cross the cap by less than one log batch
         assert ranges[0][0] == first and 2_000 <= first + count(ranges) < 2_000 + 64 and held == count(ranges)
+
+
+def test_the_durable_start_follows_a_start_moved_by_the_log_start(broker_factory) -> None:
+    """Retention moved the log start past records the group never read: the share partition's
+    start moves there when it next reads, with no Change to carry it. Before, nothing wrote
+    that start (the group's durable start stayed at 0 while the records were long gone, and
+    a restart would have started from there); now the move is written like any other."""
+    b = broker_factory(*FAST, "log.retention.check.interval.ms=100").start()
+    group, topic = "g-retained", "sf-retained"
+    with RawClient(b.port) as c:
+        create(c, topic, 1, segment_bytes="1024", retention_ms="1")
+    tid = ready_topic(b, topic, group, 0)
+    with RawClient(b.port) as c:
+        assert acquired(fetch(c, group, "m", 0, [(tid, 0)])) == []  # loads the share partition at 0
+        assert persisted_start(b.port, group) == 0
+        for _ in range(10):
+            produce(b.bootstrap, topic, 5)  # one batch each: segments of ~1 KiB, all but the last expire
+        deadline = time.monotonic() + 10
+        while (log_start := earliest(c, topic)) == 0:
+            assert time.monotonic() < deadline, "retention never ran"
+            time.sleep(0.05)
+        got = acquired(fetch(c, group, "m", 1, [(tid, 0)]))
+        assert got and got[0][0] == log_start  # the records below it are gone
+        while persisted_start(b.port, group) != log_start:
+            assert time.monotonic() < deadline, persisted_start(b.port, group)
+            time.sleep(0.05)
+
+
+def earliest(c: RawClient, topic: str) -> int:
+    LO = api_by_name("ListOffsets").request_class()
+    r = c.call(
+        "ListOffsets",
+        7,
+        replica_id=-1,
+        isolation_level=0,
+        topics=[LO.ListOffsetsTopic(name=topic, partitions=[LO.ListOffsetsPartition(partition_index=0, timestamp=-2)])],
+    )
+    return r.topics[0].partitions[0].offset
+
+
+def persisted_start(port: int, group: str) -> int:
+    R = api_by_name("DescribeShareGroupOffsets").request_class()
+    with RawClient(port) as c:
+        g = c.call(
+            "DescribeShareGroupOffsets",
+            1,
+            groups=[R.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)],
+        ).groups[0]
+    (t,) = g.topics
+    (p,) = t.partitions
+    return p.start_offset

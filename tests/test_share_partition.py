@@ -316,6 +316,22 @@ def test_acknowledgement_below_start_is_ignored():
     assert errors == [NONE] and change.batches == [(2, 2, ACKNOWLEDGED, 1)]
 
 
+def test_a_late_acknowledgement_wholly_below_the_start_is_invalid_record_state():
+    """Kafka: an acknowledgement batch whose offsets are no longer in the in-flight cache gets
+    INVALID_RECORD_STATE ("batch record not found"). Here: member a's lock ran out, b got the
+    records again and accepted them, the start moved past them; a's ACCEPT arrives late.
+    Before, it was answered NONE, so a believed its acknowledgement had counted."""
+    sp = make()
+    sp.acquire("a", batches(3), 100, now_ms=0)
+    sp.expire_locks(LOCK).commit()
+    assert [r.delivery_count for r in sp.acquire("b", batches(3), 100, now_ms=LOCK)] == [2]
+    ack(sp, "b", (0, 2, [ACCEPT]))
+    assert sp.start_offset == 3
+    before = snap(sp)
+    errors, change = sp.acknowledge("a", [(0, 2, [ACCEPT])], LOCK)
+    assert errors == [INVALID_RECORD_STATE] and not change.needs_write and snap(sp) == before
+
+
 def test_acknowledgement_objects_with_protocol_field_names():
     @dataclass
     class AckBatch:
@@ -939,8 +955,17 @@ class SharePartitionMachine(RuleBasedStateMachine):
     def _acknowledge(self, member: str, request: list, *, undo_at_once: bool = False) -> None:
         sp, model = self.sp, self.model
         start, end = sp.start_offset, sp.end_offset
+        cached = [(a, b) for a, b, *_rest in sp.ranges()]
+
+        def held(f: int, last: int) -> bool:
+            if max(f, start) > last:
+                # Wholly below the start: accepted (and skipped) only while a range still in the
+                # cache holds some of it; once dropped, Kafka answers INVALID_RECORD_STATE.
+                return any(a <= last and b >= f for a, b in cached)
+            return model.held(member, f, last, start, end)
+
         ok = all(0 <= t <= 4 for _f, _l, types in request for t in types) and all(
-            model.held(member, f, last, start, end) for f, last, _t in request
+            held(f, last) for f, last, _t in request
         )
         before = snap(sp)
         errors, change = sp.acknowledge(member, request, self.now)

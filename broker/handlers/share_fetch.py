@@ -86,6 +86,9 @@ class ShareFetchOperation:
     def __init__(self, broker: Any, gid: str, member: str, req: Any, version: int) -> None:
         self.broker = broker
         self.gid, self.member = gid, member
+        # The share session this fetch belongs to: once it is closed, replaced or evicted
+        # (its connection closed, the member left or was removed), the fetch acquires nothing.
+        self.session = broker.share_partitions.sessions.get(gid, member)
         self.max_records = req.max_records
         self.max_bytes = req.max_bytes
         self.batch_optimized = version < 2 or req.share_acquire_mode != RECORD_LIMIT
@@ -111,6 +114,8 @@ class ShareFetchOperation:
         MaxBytes is split evenly across the partitions that can acquire now (Kafka's
         "uniform" PartitionMaxBytesStrategy); MaxRecords is taken in partition order."""
         mgr = self.broker.share_partitions
+        if not self.session_alive():
+            return False
         live = [
             (key, entry)
             for key, entry in self.entries.items()
@@ -139,6 +144,12 @@ class ShareFetchOperation:
             budget -= len(got.records)
         return bool(self.acquired)
 
+    def session_alive(self) -> bool:
+        return (
+            self.session is not None
+            and self.broker.share_partitions.sessions.get(self.gid, self.member) is self.session
+        )
+
     def watch_keys(self) -> list[tuple]:
         return [fetch_key(e.partition.topic.name, e.partition.index) for e in self.entries.values()]
 
@@ -155,8 +166,8 @@ class DelayedShareFetch(DelayedOperation):
         self.op, self.future = op, future
 
     def try_complete(self) -> bool:
-        if self.future.done():
-            return self.force_complete()
+        if self.future.done() or not self.op.session_alive():
+            return self.force_complete()  # nothing to wait for: the session is gone
         if self.op.anything_acquirable() and self.op.try_acquire():
             return self.force_complete()
         return False

@@ -63,6 +63,7 @@ log = logging.getLogger("shoal.share.partitions")
 
 LEADER_EPOCH = 0  # Shoal's constant leader epoch (single node)
 READ_CHUNK = 1 << 20  # smallest log read per acquisition
+START_RETRY_S = 1.0  # a failed write of a moved start offset is tried again this much later
 DEAD_LETTER_READ = 16 << 20  # log bytes read back to copy archived records
 ARCHIVED_STATE = 4
 PartitionKey = tuple[str, uuid.UUID, int]
@@ -263,6 +264,7 @@ class SharePartitionManager:
                 break
             if sp.next_fetch_offset() <= last:
                 break
+        self._persist_start(entry)
         if not ranges:
             return None
         self._arm(entry)
@@ -305,6 +307,7 @@ class SharePartitionManager:
     async def _drain(self, entry: Entry) -> None:
         sp = entry.sp
         assert sp is not None
+        retry = False
         try:
             while True:
                 while entry.writes:
@@ -326,9 +329,27 @@ class SharePartitionManager:
                 if sp.start_offset <= entry.persisted_start:
                     break
                 if await self._write(entry, sp.start_offset, [], sp.delivery_complete_count()):
-                    break
+                    retry = not entry.writes  # queued changes carry on at once; else try again later
+                    if retry:
+                        break
         finally:
             entry.writer = None
+        if retry and self.entries.get(entry.key) is entry:
+            # The durable start must still reach the in-memory one (everything up to the high
+            # watermark acknowledged, with only this write missing, showed lag 0 at a stale start).
+            asyncio.get_running_loop().call_later(START_RETRY_S, self._persist_start, entry)
+
+    def _persist_start(self, entry: Entry) -> None:
+        """Write the start offset if memory moved it past the durable one with no Change to carry it
+        (records skipped while reading, a log start that moved, a follow-up write that failed)."""
+        sp = entry.sp
+        if (
+            sp is not None
+            and entry.writer is None
+            and self.entries.get(entry.key) is entry
+            and sp.start_offset > entry.persisted_start
+        ):
+            entry.writer = asyncio.get_running_loop().create_task(self._drain(entry))
 
     async def _write(self, entry: Entry, start: int, batches: list, complete: int) -> int:
         """One WriteShareGroupState for this share partition; the error code (0 on success)."""

@@ -653,10 +653,20 @@ class SharePartition:
         return errors[0]
 
     def _check_held(self, member_id: str, first: int, last: int) -> ErrorCode:
-        """NONE when every offset of [first, last] at or above the start is ACQUIRED by `member_id`."""
+        """NONE when every offset of [first, last] at or above the start is ACQUIRED by `member_id`.
+
+        A batch wholly below the start offset is INVALID_RECORD_STATE, as in Kafka ("batch
+        record not found"): those records are done, the acknowledgement comes too late (its
+        lock ran out and the records went to another member, say). Only while a range still
+        in flight holds such offsets (records the member acquired before the log start moved
+        past them) is it accepted and skipped, as Kafka skips offsets below the start."""
         cur = max(first, self._start)
         if cur > last:
-            return ErrorCode.NONE
+            u = self._unit_at(first)
+            if u is None:
+                nxt = self._next_key(first)
+                u = self._batches[nxt] if nxt is not None and nxt <= last else None
+            return ErrorCode.NONE if u is not None else ErrorCode.INVALID_RECORD_STATE
         if last > self._end:
             return ErrorCode.INVALID_REQUEST
         for u in self._units_from(cur):
