@@ -28,6 +28,9 @@ Design points
 * The operation is itself the timer task (``DelayedOperation`` extends
   ``TimerTask``), so a delayed request costs one object plus one list entry
   per key, and completing it removes it from the timing wheel in O(1).
+* A ``try_complete`` that raises is contained (``_try``): the operation is
+  force-completed and the error logged, so neither the caller that fired the
+  key nor the waiting request is left hanging.
 * The timer is injected (anything with ``now_ms``, ``add`` and
   ``advance_to``): ``broker.timing_wheel.Timer`` for sans-IO tests,
   ``broker.timer.AsyncTimer`` in the broker. Several purgatories may share one
@@ -36,6 +39,7 @@ Design points
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable
 from typing import Protocol
@@ -43,6 +47,20 @@ from typing import Protocol
 from broker.timing_wheel import TimerTask
 
 __all__ = ["DelayedOperation", "Purgatory", "Scheduler"]
+
+log = logging.getLogger("shoal.purgatory")
+
+
+def _try(op: DelayedOperation) -> None:
+    """``op.try_complete()``, contained: an operation whose check raises is completed as it
+    stands (its request is answered with what it has) and the error is logged. The check runs
+    inside whoever fired the key -- a produce, another member's acknowledgement write -- and
+    must neither fail that caller nor leave its own request unanswered until its deadline."""
+    try:
+        op.try_complete()
+    except Exception:
+        log.exception("%s: completing a delayed operation failed; it is answered as it stands", op)
+        op.force_complete()
 
 
 class Scheduler(Protocol):
@@ -145,7 +163,7 @@ class Purgatory:
             raise ValueError(f"{op!r} is already waiting")
         if op.is_completed:
             return True
-        op.try_complete()
+        _try(op)
         if op.is_completed:
             return True
         unique = list(dict.fromkeys(keys))
@@ -178,7 +196,7 @@ class Purgatory:
             for op in ops:
                 if op._completed:
                     continue
-                op.try_complete()
+                _try(op)
                 if op._completed:
                     completed += 1
         finally:

@@ -83,6 +83,30 @@ def test_completion_by_key() -> None:
     assert purgatory.check_and_complete(("other",)) == 0
 
 
+def test_a_check_that_raises_completes_its_operation_and_spares_the_caller(caplog) -> None:
+    """A waiter whose check raises (inside another request's produce or acknowledgement write)
+    is answered at once, the others under the key still get their try, and the caller sees no
+    exception. Before, the exception escaped into the caller (a share partition's write task
+    died with acknowledgements unanswered) and the waiter hung until its deadline."""
+    _, purgatory = make()
+    bad, good = Op(60_000, "bad"), Op(60_000, "good")
+    purgatory.try_complete_else_watch(bad, ["k"])
+    purgatory.try_complete_else_watch(good, ["k"])
+
+    def boom() -> bool:
+        raise AssertionError("share partition gone")
+
+    bad.try_complete = boom  # type: ignore[method-assign]
+    good.ready = True
+    with caplog.at_level("ERROR", logger="shoal.purgatory"):
+        assert purgatory.check_and_complete("k") == 2
+    assert bad.completions == 1 and good.completions == 1 and purgatory.delayed() == 0
+    assert "share partition gone" in caplog.text
+    fresh = Op(60_000, "fresh")
+    fresh.try_complete = boom  # type: ignore[method-assign]
+    assert purgatory.try_complete_else_watch(fresh, ["k"]) is True and fresh.completions == 1
+
+
 def test_completion_by_expiry() -> None:
     log: list[str] = []
     _, purgatory = make(start=0)

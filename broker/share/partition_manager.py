@@ -20,16 +20,22 @@ it what it cannot have itself:
   handler gives each partition its share of MaxBytes (Kafka's "uniform"
   strategy); within it, a read is sized from what MaxRecords can still use
   at the bytes per record last seen on this partition (at least
-  ``READ_CHUNK``), and the partition is read on -- from the next fetch
-  offset, as a new fetch would -- while a read was used up and MaxRecords,
-  the byte share and the in-flight limit leave room. So a consumer asking
-  for 500 records with MaxBytes 50 MiB (librdkafka) costs one ~1 MiB read,
-  not 50 MiB of batch headers, and one asking for 20,000 gets 20,000.
+  ``READ_MIN``; ``READ_CHUNK`` before anything was seen), and the partition
+  is read on -- from the next fetch offset, as a new fetch would -- while a
+  read was used up and MaxRecords, the byte share and the in-flight limit
+  leave room. So a consumer asking for 500 records with MaxBytes 50 MiB
+  (librdkafka) costs one read of ~500 records, not 50 MiB of batch headers;
+  one asking for 20,000 gets 20,000; and 32 members asking for 5 each do
+  not each parse 1 MiB of headers (that alone held such a group at half
+  its rate). In record_limit mode a large batch of which few records were
+  acquired is sent cut down to them (``_slice``).
 * **Durability.** Every change except acquisition and RENEW is written with
   WriteShareGroupState before anyone is answered. The core requires the
   writes of one share partition to be sent and committed in the order its
   Changes were made, so each share partition has one write queue drained by
-  one task. A failed acknowledgement write undoes the in-memory change
+  one task; what queued up while a write was in flight goes in the next one
+  write (ranges overlaid in order, the furthest start), so members acking
+  one partition share a write and its sync instead of waiting in line. A failed acknowledgement write undoes the in-memory change
   (``Change.undo``) and the member gets the error; lock expiries and
   releases are kept even when their write fails (as Kafka does), and the
   next write carries the state again.
@@ -55,15 +61,26 @@ from broker.handlers.fetch import fetch_key
 from broker.share.dead_letter import Archived, Reason, dead_letter_batch
 from broker.share.share_partition import SharePartition
 from broker.share.share_session import ShareSessionCache
+from broker.share.state import merge_batches
 from broker.timing_wheel import TimerTask
 from protocol.errors import ErrorCode, KafkaErrorResponse
+from protocol.exceptions import ProtocolError
+from protocol.record_slice import RecordIndex
 from protocol.records import iter_batches
 
 log = logging.getLogger("shoal.share.partitions")
 
 LEADER_EPOCH = 0  # Shoal's constant leader epoch (single node)
-READ_CHUNK = 1 << 20  # smallest log read per acquisition
-START_RETRY_S = 1.0  # a failed write of a moved start offset is tried again this much later
+READ_CHUNK = 1 << 20  # the first log read of a share partition (its bytes per record unknown)
+READ_MIN = 16 << 10  # smallest later read: what MaxRecords can use, never less than this
+WRITE_COALESCE_BATCHES = 1000  # queued changes share one write while their ranges stay under this
+START_RETRY_S = 1.0
+# record_limit: a batch this large (bytes, or records the client would decode) of which a fetch
+# acquired under half the records is sent as a batch of just those records
+# (protocol/record_slice.py); its record index is kept for the next fetch.
+SLICE_MIN_BYTES = 64 << 10
+SLICE_MIN_RECORDS = 128
+SLICE_CACHE = 4  # record indexes kept per share partition  # a failed write of a moved start offset is tried again this much later
 DEAD_LETTER_READ = 16 << 20  # log bytes read back to copy archived records
 ARCHIVED_STATE = 4
 PartitionKey = tuple[str, uuid.UUID, int]
@@ -81,11 +98,12 @@ class Entry:
     writer: asyncio.Task | None = None
     persisted_start: int = -1  # the start offset the share coordinator holds
     bytes_per_record: float = 0.0  # log bytes per offset in the last read (0 = not read yet)
+    slices: dict = field(default_factory=dict)  # base offset -> RecordIndex of large batches (record_limit)
 
 
 @dataclass(slots=True)
 class Acquired:
-    records: Any  # bytes / memoryview of whole log batches
+    records: Any  # bytes / memoryview of log batches (whole, or sliced to the acquired records)
     ranges: list  # [(first, last, delivery count)]
 
 
@@ -228,7 +246,7 @@ class SharePartitionManager:
             # out 500 records dominated the fetch path (librdkafka asks for MaxBytes = 50 MiB).
             size = READ_CHUNK
             if entry.bytes_per_record:
-                size = max(size, int((max_records - taken) * entry.bytes_per_record * 1.1))
+                size = max(READ_MIN, int((max_records - taken) * entry.bytes_per_record * 1.1))
             size = min(size, max_bytes - read_bytes)
             try:
                 read = partition.read(offset, size, read_committed=committed, min_one=not read_bytes)
@@ -255,7 +273,7 @@ class SharePartitionManager:
                 batch_size=batch_size,
             )
             if got:
-                pieces.append(_trim(data, headers, got))
+                pieces.append(self._slice(entry, headers, got) if not batch_optimized else _trim(data, headers, got))
                 ranges += got
                 taken += sum(r.last_offset - r.first_offset + 1 for r in got)
             # Read on only if this read was used up (nothing in it is still acquirable: the
@@ -270,6 +288,34 @@ class SharePartitionManager:
         self._arm(entry)
         records = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         return Acquired(records, [(r.first_offset, r.last_offset, r.delivery_count) for r in ranges])
+
+    def _slice(self, entry: Entry, headers: list, ranges: list) -> Any:
+        """record_limit's answer: the batches holding acquired offsets, each large batch of which
+        under half was acquired cut down to the acquired records' span (Kafka sends the whole
+        batch: a 1 MiB batch for five records set the rate of a whole group)."""
+        first = min(r.first_offset for r in ranges)
+        last = max(r.last_offset for r in ranges)
+        out: list[Any] = []
+        for h in headers:
+            if h.last_offset < first or h.base_offset > last:
+                continue
+            lo, hi = max(first, h.base_offset), min(last, h.last_offset)
+            large = h.size >= SLICE_MIN_BYTES or h.records_count >= SLICE_MIN_RECORDS
+            if not large or 2 * (hi - lo + 1) >= h.records_count or not RecordIndex.sliceable(h):
+                out.append(h.data)
+                continue
+            index = entry.slices.get(h.base_offset)
+            if index is None or not index.matches(h):
+                try:
+                    index = RecordIndex(h)
+                except (ProtocolError, ValueError):
+                    out.append(h.data)  # not ours to judge here: the client gets the batch whole
+                    continue
+                while len(entry.slices) >= SLICE_CACHE:
+                    del entry.slices[next(iter(entry.slices))]
+                entry.slices[h.base_offset] = index
+            out.append(index.slice(lo, hi))
+        return out[0] if len(out) == 1 else b"".join(out)
 
     # -- acknowledge ---------------------------------------------------------------
     async def acknowledge(self, entry: Entry, member_id: str, batches: Sequence[tuple]) -> tuple[int, str | None]:
@@ -311,18 +357,31 @@ class SharePartitionManager:
         try:
             while True:
                 while entry.writes:
-                    change, future, undo = entry.writes.popleft()
-                    error = await self._write(
-                        entry, change.start_offset, change.batches, change.delivery_complete_count
-                    )
-                    if error and undo:
-                        change.undo()
-                    else:
-                        change.commit()
-                    if not error:
-                        self._dead_letter(entry, change.batches)
-                    if future is not None and not future.done():
-                        future.set_result(error)
+                    # Everything queued goes in one write: each member's acknowledgement would
+                    # otherwise wait for the writes (and syncs) of all those queued before it.
+                    group = [entry.writes.popleft()]
+                    batches = list(group[0][0].batches)
+                    while entry.writes and len(batches) < WRITE_COALESCE_BATCHES:
+                        group.append(entry.writes.popleft())
+                        batches = merge_batches(batches, group[-1][0].batches, -1)
+                    start = max(change.start_offset for change, _, _ in group)
+                    error = int(ErrorCode.UNKNOWN_SERVER_ERROR)  # what waiters hear if this raises
+                    try:
+                        error = await self._write(entry, start, batches, group[-1][0].delivery_complete_count)
+                        # Commits in the order the changes were made; a failed write is taken
+                        # back newest first (each undo restores what its change found).
+                        for change, _, undo in reversed(group) if error else group:
+                            if error and undo:
+                                change.undo()
+                            else:
+                                change.commit()
+                        if not error:
+                            self._dead_letter(entry, batches)
+                    finally:
+                        # Every request waiting on these changes is answered, whatever happened.
+                        for _, future, _ in group:
+                            if future is not None and not future.done():
+                                future.set_result(error)
                     self._wake(entry)
                 # Changes made while an earlier one was pending report "start unchanged"; once
                 # they are all committed the start may have moved further than any write said.

@@ -1,0 +1,332 @@
+"""Share groups with slow members: records/s on ONE partition against the ideal M x 1000 / W.
+
+Run: python benchmarks/share_scaling.py [--seconds S] [--only NAME[,NAME]] [--quick]
+
+Share groups exist so that consumption scales past the partition count when each record takes
+real work. With M members each spending W ms per record, one partition can deliver
+M x 1000 / W records/s as long as the broker keeps every member fed. Each scenario here:
+
+  * a fresh one-partition topic and share group (share.auto.offset.reset=earliest,
+    share.partition.max.record.locks=4000: tuned, as in the published Kafka runs);
+  * M members of one client kind join and poll (explicit acknowledgement, max.poll.records=5);
+    only once the group describes all M members holding the partition are the records produced
+    (librdkafka, acks=1), so joining is not timed;
+  * every member "works" W ms per record (a sleep: the member is busy, not the CPU), then
+    ACCEPTs it; the next poll carries the acknowledgements. The work is kept on a clock: the
+    k-th record of a poll is done k x W ms after the poll returned, so a sleep that overshoots
+    (libuv's timers tick in whole milliseconds, and 32 members share one event loop) is made
+    up by the next, and the member really spends W ms per record, no more;
+  * timed from the first record any member got to the last offset delivered; every offset must
+    be delivered, and none twice (a redelivery means a lock ran out while the record waited).
+
+Clients: librdkafka's ShareConsumer (each member a thread) and the bundled AsyncShareConsumer
+(all members on one uvloop event loop in this process; share.acquire.mode record_limit or
+batch_optimized). Printed as one table: records/s, ideal, the ratio, redeliveries, duplicates.
+The single-member rows with no work are context: a share consumer next to the classic consumer
+(librdkafka Consumer reading the same records).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from share_fetch import OVERRIDES, QUIET, create_topic, group_config  # noqa: E402
+
+from tests.brokers import BrokerProcess, RawClient  # noqa: E402
+
+MAX_POLL = 5
+IN_FLIGHT = "4000"  # share.partition.max.record.locks of each group (the broker's maximum)
+JOIN_TIMEOUT_S = 120.0
+RUN_TIMEOUT_S = 300.0
+
+
+@dataclass(slots=True)
+class Scenario:
+    name: str
+    client: str  # "librdkafka", "ours", "classic"
+    members: int
+    work_ms: float
+    value_bytes: int
+    batch_bytes: int
+    acquire_mode: str = "batch_optimized"  # ours only
+    max_poll: int = MAX_POLL
+    cap: int | None = None  # at most this many records (a row known to crawl)
+
+    @property
+    def ideal(self) -> float:
+        return self.members * 1000.0 / self.work_ms if self.work_ms else float("nan")
+
+
+@dataclass(slots=True)
+class Tally:
+    """What the members saw: one byte per offset counts its deliveries."""
+
+    counts: bytearray
+    delivered: int = 0
+    dups: int = 0
+    redelivered: int = 0
+    errors: int = 0
+    t0: float = float("nan")
+    t_done: float = float("nan")
+
+    def see(self, offset: int, delivery_count: int | None) -> bool:
+        """Count one delivery; True once every offset was delivered."""
+        now = time.perf_counter()
+        if self.t0 != self.t0:
+            self.t0 = now
+        if delivery_count is not None and delivery_count > 1:
+            self.redelivered += 1
+        if self.counts[offset]:
+            self.dups += 1
+        else:
+            self.delivered += 1
+            if self.delivered == len(self.counts):
+                self.t_done = now
+        self.counts[offset] = min(self.counts[offset] + 1, 255)
+        return self.delivered == len(self.counts)
+
+
+def scenarios(quick: bool) -> list[Scenario]:
+    kib, small = 1024, 16
+    rows = [
+        Scenario("rdk-32x5", "librdkafka", 32, 5, kib, 16 * kib),
+        Scenario("ours-32x5-rl", "ours", 32, 5, kib, 16 * kib, "record_limit"),
+        Scenario("ours-32x5-bo", "ours", 32, 5, kib, 16 * kib, "batch_optimized"),
+        Scenario("rdk-128x20", "librdkafka", 128, 20, kib, 16 * kib),
+        Scenario("ours-128x20-rl", "ours", 128, 20, kib, 16 * kib, "record_limit"),
+        # librdkafka 2.16 has no record_limit: each fetch takes a whole 1 MiB batch, so 6,400 only.
+        Scenario("rdk-32x5-tiny", "librdkafka", 32, 5, small, 1 << 20, cap=6_400),
+        Scenario("ours-32x5-tiny-rl", "ours", 32, 5, small, 1 << 20, "record_limit"),
+        Scenario("rdk-1x0", "librdkafka", 1, 0, kib, 16 * kib, max_poll=500),
+        Scenario("ours-1x0", "ours", 1, 0, kib, 16 * kib, "batch_optimized", max_poll=500),
+        Scenario("classic-1x0", "classic", 1, 0, kib, 16 * kib, max_poll=500),
+    ]
+    if quick:
+        rows = [s for s in rows if s.members <= 32]
+    return rows
+
+
+def produce(bootstrap: str, topic: str, n: int, value_bytes: int, batch_bytes: int) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "1",
+            "linger.ms": 20,
+            "batch.size": batch_bytes,
+            "batch.num.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 512 * 1024,
+            "enable.idempotence": False,
+            "compression.type": "none",
+            **QUIET,
+        }
+    )
+    value = os.urandom(value_bytes)
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, value=value, partition=0)
+                break
+            except BufferError:
+                p.poll(0.001)
+    assert p.flush(120) == 0
+
+
+def members_holding(port: int, group: str) -> int:
+    with RawClient(port) as c:
+        g = c.call("ShareGroupDescribe", 1, group_ids=[group], include_authorized_operations=False).groups[0]
+    if g.error_code:
+        return 0
+    return sum(1 for m in g.members if any(tp.partitions for tp in m.assignment.topic_partitions))
+
+
+def wait_members(port: int, group: str, m: int, stop: threading.Event | None = None) -> None:
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
+    while members_holding(port, group) < m:
+        if time.monotonic() > deadline or (stop is not None and stop.is_set()):
+            raise RuntimeError(f"{group}: fewer than {m} members hold the partition")
+        time.sleep(0.1)
+
+
+def run_librdkafka(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int) -> Tally:
+    from confluent_kafka import ShareConsumer
+
+    tally = Tally(bytearray(n))
+    lock = threading.Lock()
+    done, stop = threading.Event(), threading.Event()
+    work = s.work_ms / 1000.0
+    conf = {
+        "bootstrap.servers": b.bootstrap,
+        "group.id": group,
+        "share.acknowledgement.mode": "explicit",
+        "max.poll.records": s.max_poll,
+        **QUIET,
+    }
+    consumers = [ShareConsumer(conf) for _ in range(s.members)]
+
+    def run(sc: Any) -> None:
+        sc.subscribe([topic])
+        while not stop.is_set():
+            msgs = sc.poll(0.1) or ()
+            due = time.perf_counter()
+            for m in msgs:
+                if m.error() is not None:
+                    with lock:
+                        tally.errors += 1
+                    continue
+                if work:
+                    due += work
+                    time.sleep(max(0.0, due - time.perf_counter()))
+                sc.acknowledge(m)
+                with lock:
+                    if tally.see(m.offset(), m.delivery_count()):
+                        done.set()
+
+    threads = [threading.Thread(target=run, args=(sc,), daemon=True) for sc in consumers]
+    for t in threads:
+        t.start()
+    try:
+        wait_members(b.port, group, s.members)
+        produce(b.bootstrap, topic, n, s.value_bytes, s.batch_bytes)
+        done.wait(RUN_TIMEOUT_S)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        for sc in consumers:
+            sc.close()
+    return tally
+
+
+def run_ours(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int) -> Tally:
+    import uvloop
+
+    from client.share_consumer import AsyncShareConsumer
+
+    tally = Tally(bytearray(n))
+
+    async def main() -> None:
+        done, stop = asyncio.Event(), asyncio.Event()
+        work = s.work_ms / 1000.0
+        conf = {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": group,
+            "share.acknowledgement.mode": "explicit",
+            "share.acquire.mode": s.acquire_mode,
+            "max.poll.records": s.max_poll,
+        }
+        consumers = [AsyncShareConsumer(conf) for _ in range(s.members)]
+
+        async def run(sc: AsyncShareConsumer) -> None:
+            sc.subscribe([topic])
+            while not stop.is_set():
+                records = await sc.poll(100)
+                due = time.perf_counter()
+                for r in records:
+                    if work:
+                        due += work
+                        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                    sc.acknowledge(r)
+                    if tally.see(r.offset, r.delivery_count):
+                        done.set()
+
+        for sc in consumers:
+            await sc.start()
+        tasks = [asyncio.create_task(run(sc)) for sc in consumers]
+        try:
+            await asyncio.to_thread(wait_members, b.port, group, s.members)
+            await asyncio.to_thread(produce, b.bootstrap, topic, n, s.value_bytes, s.batch_bytes)
+            await asyncio.wait_for(done.wait(), RUN_TIMEOUT_S)
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*(sc.close() for sc in consumers), return_exceptions=True)
+
+    uvloop.run(main())
+    return tally
+
+
+def run_classic(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int) -> Tally:
+    from confluent_kafka import Consumer
+
+    produce(b.bootstrap, topic, n, s.value_bytes, s.batch_bytes)
+    tally = Tally(bytearray(n))
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group, "auto.offset.reset": "earliest", **QUIET})
+    c.subscribe([topic])
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    try:
+        while tally.delivered < n and time.monotonic() < deadline:
+            for m in c.consume(s.max_poll, 0.1):
+                if m.error() is None:
+                    tally.see(m.offset(), None)
+    finally:
+        c.close()
+    return tally
+
+
+RUNNERS = {"librdkafka": run_librdkafka, "ours": run_ours, "classic": run_classic}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=4.0, help="records per row: the ideal rate times this")
+    ap.add_argument("--records-no-work", type=int, default=100_000, help="records of the rows with no work")
+    ap.add_argument("--only", default="", help="comma-separated scenario names")
+    ap.add_argument("--quick", action="store_true", help="32-member rows only, 2 s each")
+    args = ap.parse_args()
+    rows = scenarios(args.quick)
+    if args.only:
+        rows = [s for s in rows if s.name in set(args.only.split(","))]
+    seconds = 2.0 if args.quick else args.seconds
+    header = f"{'scenario':<20}{'client':<12}{'mode':<16}{'M x W ms':>10}{'records':>9}{'rec/s':>9}{'ideal':>8}{'of ideal':>9}{'redeliv':>8}{'dups':>6}"
+    print(header)
+    print("-" * len(header))
+    with tempfile.TemporaryDirectory() as tmp:
+        b = BrokerProcess(Path(tmp) / "data", OVERRIDES)
+        b.start()
+        try:
+            for i, s in enumerate(rows):
+                n = args.records_no_work if not s.work_ms else int(s.ideal * seconds)
+                n = min(n, s.cap or n)
+                topic, group = f"q{i}", f"g{i}-{s.name}"
+                create_topic(b.port, topic, 1)
+                if s.client != "classic":
+                    # The group's in-flight limit tuned (Kafka's default 2,000 is less than 128
+                    # members holding a 16-record batch each), as the published Kafka runs do.
+                    group_config(
+                        b.port, group, share_auto_offset_reset="earliest", share_partition_max_record_locks=IN_FLIGHT
+                    )
+                t = RUNNERS[s.client](b, s, topic, group, n)
+                secs = t.t_done - t.t0
+                rate = n / secs if t.delivered == n and secs > 0 else float("nan")
+                mode = s.acquire_mode if s.client == "ours" else f"max.poll={s.max_poll}"
+                if s.client != "ours":
+                    mode = f"max.poll={s.max_poll}"
+                ratio = f"{rate / s.ideal:9.2f}" if s.work_ms else f"{'-':>9}"
+                ideal = f"{s.ideal:8,.0f}" if s.work_ms else f"{'-':>8}"
+                missing = "" if t.delivered == n else f"  ({n - t.delivered} never delivered)"
+                print(
+                    f"{s.name:<20}{s.client:<12}{mode:<16}{f'{s.members} x {s.work_ms:g}':>10}{n:>9,}"
+                    f"{rate:9,.0f}{ideal}{ratio}{t.redelivered:8}{t.dups:6}{missing}",
+                    flush=True,
+                )
+        finally:
+            b.stop()
+
+
+if __name__ == "__main__":
+    main()
