@@ -150,7 +150,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
         theirs = self.api_versions.get(a.key)
         if theirs is None:
             raise UnsupportedVersionError(f"broker {self.node_id} does not serve {a.name}")
-        top = min(theirs[1], a.max_version, hi if hi is not None else a.max_version)
+        # Released versions only, as Java's latestVersion(false): never a version the spec marks unstable.
+        top = min(theirs[1], a.stable_max_version, hi if hi is not None else a.stable_max_version)
         bottom = max(theirs[0], a.min_version, lo if lo is not None else a.min_version)
         if top < bottom:
             raise UnsupportedVersionError(

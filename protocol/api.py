@@ -135,6 +135,11 @@ class Api:
         assert hi is not None
         return hi
 
+    @property
+    def stable_max_version(self) -> int:
+        """The highest released version: the latest one is left out when the spec marks it unstable."""
+        return self.max_version - 1 if self.request.latest_version_unstable else self.max_version
+
     def request_header_version(self, version: int) -> int:
         return 2 if self.request.flexible(version) else 1
 

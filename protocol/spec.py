@@ -148,6 +148,9 @@ class MessageSpec:
     flexible_versions: Versions
     struct: StructSpec
     structs: dict[str, StructSpec] = field(hash=False, compare=False)
+    # Kafka's "latestVersionUnstable": the highest valid version is not released yet; a broker
+    # (unstable.api.versions.enable=false, the default) neither advertises nor serves it.
+    latest_version_unstable: bool = False
 
     @property
     def versions(self) -> range:
@@ -267,6 +270,7 @@ def _load_text(text: str, origin: str) -> MessageSpec:
         flexible_versions=Versions.parse(raw.get("flexibleVersions")),
         struct=top,
         structs=builder.structs,
+        latest_version_unstable=bool(raw.get("latestVersionUnstable", False)),
     )
 
 

@@ -87,7 +87,22 @@ def test_api_versions_lists_what_is_served(client) -> None:
     served = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     for name in ("Produce", "Fetch", "Metadata", "ListOffsets", "CreateTopics", "InitProducerId"):
         a = api_by_name(name)
-        assert served[a.key] == (a.min_version, a.max_version)
+        assert served[a.key] == (a.min_version, a.stable_max_version)
+
+
+def test_api_versions_advertises_released_versions_only(client) -> None:
+    """Kafka 4.2 marks InitProducerId v6 (KIP-939) latestVersionUnstable; with
+    unstable.api.versions.enable=false (its default) a broker neither advertises nor serves it."""
+    from protocol.api import apis
+
+    served = {k.api_key: k.max_version for k in client.call("ApiVersions", 3, client_software_name="raw-test",
+                                                          client_software_version="1.0").api_keys}  # fmt: skip
+    init = api_by_name("InitProducerId")
+    assert init.request.latest_version_unstable and init.max_version == 6
+    assert served[init.key] == 5
+    for key, top in served.items():
+        a = apis()[key]
+        assert top < a.max_version if a.request.latest_version_unstable else top == a.max_version, a.name
 
 
 def test_unknown_api_versions_version_gets_v0_error_with_table(shared_broker) -> None:

@@ -127,3 +127,33 @@ def test_confluent_admin_client_append_subtract(shared_broker: BrokerProcess, to
     err = info.value.args[0]
     assert err.code() == KafkaError.INVALID_CONFIG and "retention.ms" in err.str()
     assert policy() == "compact"
+
+
+def test_a_resource_named_twice_is_refused_in_both_places_and_applied_in_neither(
+    shared_broker: BrokerProcess, topic_name: str
+) -> None:
+    """Kafka's ConfigAdminManager.preprocess: INVALID_REQUEST "Each resource must appear at most
+    once." for every copy; a different resource in the same request is still applied."""
+    other = topic_name + "-other"
+    with RawClient(shared_broker.port) as c:
+        create(c, topic_name)
+        create(c, other)
+        res = [
+            _IAC.AlterConfigsResource(
+                resource_type=TOPIC, resource_name=topic_name, configs=[op("retention.ms", "1000", SET)]
+            ),
+            _IAC.AlterConfigsResource(
+                resource_type=TOPIC, resource_name=other, configs=[op("retention.ms", "2000", SET)]
+            ),
+            _IAC.AlterConfigsResource(
+                resource_type=TOPIC, resource_name=topic_name, configs=[op("retention.ms", "3000", SET)]
+            ),
+        ]
+        rs = c.call("IncrementalAlterConfigs", 1, _IAC(resources=res)).responses
+        assert [(r.resource_name, r.error_code, r.error_message) for r in rs] == [
+            (topic_name, ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."),
+            (other, 0, None),
+            (topic_name, ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."),
+        ]
+        assert describe(c, topic_name)["retention.ms"][1] == DEFAULT
+        assert describe(c, other)["retention.ms"] == ("2000", DYNAMIC_TOPIC)

@@ -33,10 +33,12 @@ class HandlerTable:
         self._by_key: dict[int, Handler] = {}
 
     def add(self, name: str, fn: HandlerFn, min_version: int | None = None, max_version: int | None = None) -> None:
-        """Serve API `name` with `fn` for the given versions (default: every version the codec has)."""
+        """Serve API `name` with `fn` for the given versions (default: every released version the
+        codec has -- a latest version its spec marks unstable is neither served nor advertised,
+        as Kafka with unstable.api.versions.enable=false)."""
         a = api_by_name(name)
         lo = a.min_version if min_version is None else max(min_version, a.min_version)
-        hi = a.max_version if max_version is None else min(max_version, a.max_version)
+        hi = a.stable_max_version if max_version is None else min(max_version, a.stable_max_version)
         if a.key in self._by_key:
             raise ValueError(f"{name} registered twice")
         self._by_key[a.key] = Handler(a.key, name, lo, hi, fn)

@@ -13,6 +13,7 @@ assignments naming only this node.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from broker.config import (
@@ -294,12 +295,17 @@ def apply_alter_ops(current: dict[str, str], ops: Any, defs: ConfigDef) -> dict[
 def handle_incremental_alter_configs(broker: Any, ctx: Any, req: Any) -> Any:
     cls = _IAC.response_class()
     out = []
+    # As Kafka's ConfigAdminManager.preprocess: every copy of a resource named twice is refused
+    # and none of them applied.
+    seen = Counter((res.resource_type, res.resource_name) for res in req.resources)
     for res in req.resources:
         r = cls.AlterConfigsResourceResponse(
             resource_type=res.resource_type, resource_name=res.resource_name, error_message=None
         )
         out.append(r)
         try:
+            if seen[res.resource_type, res.resource_name] > 1:
+                raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
             _preprocess(res)
             if res.resource_type == RESOURCE_TOPIC:
                 topic = broker.topics.get(res.resource_name)
