@@ -180,6 +180,31 @@ def test_implicit_mode_accepts_on_the_next_poll(broker) -> None:
     assert (p.start_offset, p.lag) == (4, 0)
 
 
+@pytest.mark.parametrize("before_close", ["nothing", "commit_sync"])
+def test_implicit_close_releases_the_last_poll_unless_committed(broker, before_close) -> None:
+    """What the README says of implicit mode: close() does not ACCEPT the last poll's records
+    (librdkafka, like Kafka's Java client): they go back to the group at once; commit_sync()
+    before close() keeps them."""
+    topic, group = f"q-close-{before_close}", f"g-close-{before_close}"
+    setup(broker, topic, group)
+    produce(broker.bootstrap, topic, 6)
+    sc = consumer(broker.bootstrap, group)
+    sc.subscribe([topic])
+    try:
+        assert sorted(m.offset() for m in poll_records(sc, 6)) == list(range(6))
+        if before_close == "commit_sync":
+            sc.commit_sync()
+    finally:
+        sc.close()
+    other = consumer(broker.bootstrap, group)
+    other.subscribe([topic])
+    try:
+        again = sorted(m.offset() for m in poll_records(other, 6, timeout=6 if before_close == "nothing" else 3))
+    finally:
+        other.close()
+    assert again == (list(range(6)) if before_close == "nothing" else [])
+
+
 def test_kill_nine_keeps_accepted_and_brings_back_the_rest(tmp_path) -> None:
     b = BrokerProcess(tmp_path / "data", FAST).start()
     try:
