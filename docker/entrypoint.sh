@@ -8,7 +8,11 @@
 #
 #   SHOAL_DATA_DIR              log.dirs               (default /var/lib/shoal/data)
 #   SHOAL_LISTENERS             listeners              (default PLAINTEXT://0.0.0.0:9092)
-#   SHOAL_ADVERTISED_LISTENERS  advertised.listeners   (default: unset, the broker derives it)
+#   SHOAL_ADVERTISED_LISTENERS  advertised.listeners   (default: the listeners with a wildcard host
+#                               (0.0.0.0 or empty) named localhost, as Kafka's image advertises
+#                               PLAINTEXT://localhost:9092, so `docker run -p 9092:9092` works from
+#                               the host; containers elsewhere need the name they reach it by)
+#   SHOAL_HEALTHCHECK_ADDRESS   where the image's healthcheck asks (default 127.0.0.1:9092)
 #   SHOAL_CONFIG_FILE           --config FILE          (a Kafka-style .properties file)
 #   SHOAL_CFG_<NAME>            any setting: SHOAL_CFG_NUM_PARTITIONS=3 -> num.partitions=3
 #                               (lower-cased, '_' becomes '.')
@@ -27,10 +31,14 @@ for var in $(env | sed -n 's/^\(SHOAL_CFG_[A-Za-z0-9_]*\)=.*/\1/p' | sort -r); d
     eval "value=\${$var}"
     set -- --override "$key=$value" "$@"
 done
-if [ -n "${SHOAL_ADVERTISED_LISTENERS:-}" ]; then
-    set -- --override "advertised.listeners=$SHOAL_ADVERTISED_LISTENERS" "$@"
+listeners="${SHOAL_LISTENERS:-PLAINTEXT://0.0.0.0:9092}"
+# The container's own hostname (the broker's derived default) means nothing to a client on the
+# host: advertise localhost for wildcard listeners unless told otherwise.
+advertised="${SHOAL_ADVERTISED_LISTENERS:-$(printf '%s' "$listeners" | sed -e 's#://0\.0\.0\.0:#://localhost:#g' -e 's#://:#://localhost:#g')}"
+if [ "$advertised" != "$listeners" ]; then  # a concrete listener host is advertised as it is
+    set -- --override "advertised.listeners=$advertised" "$@"
 fi
-set -- --override "listeners=${SHOAL_LISTENERS:-PLAINTEXT://0.0.0.0:9092}" "$@"
+set -- --override "listeners=$listeners" "$@"
 set -- --override "log.dirs=$data_dir" "$@"
 if [ -n "${SHOAL_CONFIG_FILE:-}" ]; then
     set -- --config "$SHOAL_CONFIG_FILE" "$@"

@@ -1,7 +1,8 @@
 # A Spark driver image that runs the Shoal examples on local[*] Spark.
 #   docker build -f docker/spark.Dockerfile -t shoal-spark .   (from the repository root)
 # Java 17 from Debian; pyspark and pyarrow from the `spark` extra.
-FROM python:3.11-slim
+# Pinned to Debian 12 (bookworm): python:3.11-slim now follows Debian 13, which has no Java 17.
+FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -163,7 +163,8 @@ def test_healthcheck_against_a_running_broker(shared_broker) -> None:
 @pytest.mark.parametrize("dockerfile", ["Dockerfile", "spark.Dockerfile"])
 def test_dockerfiles_copy_files_that_exist(dockerfile: str) -> None:
     text = (DOCKER / dockerfile).read_text()
-    assert "FROM python:3.11-slim" in text
+    # Pinned to a Debian release: plain python:3.11-slim moved to Debian 13, which has no Java 17.
+    assert re.findall(r"^FROM (\S+)", text, re.M) == ["python:3.11-slim-bookworm"]
     assert re.search(r"^USER (?!root)\w+", text, re.M), "runs as a non-root user"
     assert "VOLUME" in text
     for line in text.splitlines():
@@ -172,6 +173,10 @@ def test_dockerfiles_copy_files_that_exist(dockerfile: str) -> None:
                 assert (ROOT / src).exists(), f"{dockerfile}: COPY {src} names a missing path"
     if dockerfile == "Dockerfile":
         assert "HEALTHCHECK" in text and "shoal-healthcheck" in text
+        # The healthcheck names no address, so SHOAL_HEALTHCHECK_ADDRESS decides (it once did not).
+        (cmd,) = re.findall(r"CMD (\[.*\])", text)
+        assert not re.search(r"\d+\.\d+\.\d+\.\d+:\d+", cmd), cmd
+        assert "SHOAL_HEALTHCHECK_ADDRESS=127.0.0.1:9092" in text
         assert 'ENTRYPOINT ["shoal-entrypoint"]' in text
 
 
@@ -186,3 +191,40 @@ def test_compose_runs_the_broker_and_the_streaming_example() -> None:
     example = ROOT / "examples" / "spark_share_stream.py"
     args = re.findall(r"^\s+- (--[\w-]+)=", text, re.M)
     assert args and all(a in example.read_text() for a in args), args
+
+
+def test_healthcheck_asks_where_shoal_healthcheck_address_says(shared_broker) -> None:
+    ok = subprocess.run(
+        [sys.executable, str(HEALTHCHECK), "--timeout", "3"],
+        env=_env(SHOAL_HEALTHCHECK_ADDRESS=f"127.0.0.1:{shared_broker.port}"),
+        capture_output=True,
+        timeout=30,
+    )
+    assert ok.returncode == 0, ok.stderr
+    nothing = subprocess.run(
+        [sys.executable, str(HEALTHCHECK), "--timeout", "1"],
+        env=_env(SHOAL_HEALTHCHECK_ADDRESS=f"127.0.0.1:{_free_port()}"),
+        capture_output=True,
+        timeout=30,
+    )
+    assert nothing.returncode == 1
+
+
+@pytest.mark.parametrize("advertised", [None, "PLAINTEXT://shoal.example:19092"])
+def test_entrypoint_advertises_localhost_for_a_wildcard_listener(tmp_path: Path, advertised: str | None) -> None:
+    """`docker run -p 9092:9092` as the README writes it: with no SHOAL_ADVERTISED_LISTENERS a
+    wildcard listener is advertised as localhost (Kafka's image advertises localhost:9092), not
+    as the container's hostname, which a client on the host cannot resolve."""
+    port = _free_port()
+    env = {"SHOAL_DATA_DIR": str(tmp_path / "d"), "SHOAL_LISTENERS": f"PLAINTEXT://0.0.0.0:{port}"}
+    if advertised:
+        env["SHOAL_ADVERTISED_LISTENERS"] = advertised
+    proc, bound, log = _start_entrypoint(tmp_path, **env)
+    try:
+        assert bound == port
+        with RawClient(port) as raw:
+            (b,) = raw.call("Metadata", 12, topics=[]).brokers
+        assert (b.host, b.port) == (("localhost", port) if advertised is None else ("shoal.example", 19092))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()[-2000:]
