@@ -42,6 +42,13 @@ exit codes:
 _DATA_VERBS = ("produce", "consume", "share-consume")
 
 
+FORMAT_HELP = (
+    "kcat-style output per record: %t topic, %p partition, %o offset, %k key, %s value, %h headers "
+    "(k=v,...), %T timestamp (ms), %K/%S key/value size, %% a percent; \\n \\t escapes. "
+    "No newline is added: end with \\n"
+).replace("%", "%%")  # argparse formats help text with %
+
+
 def _connection_options(p: argparse.ArgumentParser, level: str) -> None:
     """The same connection options at the top and on every verb (``level`` keeps their values apart)."""
     g = p.add_argument_group("connection")
@@ -128,18 +135,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offset", default=None, help="with --partition: an offset, 'earliest' or 'latest'")
     p.add_argument("--from-beginning", action="store_true", help="start at the earliest offset when none is committed")
     p.add_argument("--max-messages", type=int, help="stop after this many records")
-    p.add_argument("--timeout-ms", type=int, help="stop after this long without a record")
+    p.add_argument(
+        "--timeout-ms", type=int, help="stop after this long without a record, counted once partitions are assigned"
+    )
+    p.add_argument(
+        "-e", "--exit-at-end", action="store_true", help="stop once every partition reached the end it had at start"
+    )
     p.add_argument("--print-key", action="store_true", help="print KEY<separator>VALUE")
     p.add_argument("--key-separator", default="\t", metavar="SEP", help="with --print-key (default: tab)")
+    p.add_argument("--format", metavar="FMT", help=FORMAT_HELP)
     p = _verb(areas, "share-consume", "print records from a share group, acknowledging each explicitly")
     p.add_argument("topic")
     p.add_argument("--group", required=True, help="the share group")
+    p.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="set the group's share.auto.offset.reset=earliest first (a new share group starts at the latest offset)",
+    )
     p.add_argument("--max-messages", type=int, help="stop after this many deliveries")
-    p.add_argument("--timeout-ms", type=int, help="stop after this long without a record")
+    p.add_argument(
+        "--timeout-ms", type=int, help="stop after this long without a record, counted once partitions are assigned"
+    )
     p.add_argument("--release", metavar="REGEX", help="RELEASE records whose value matches (redelivered later)")
     p.add_argument("--reject", metavar="REGEX", help="REJECT records whose value matches (never delivered again)")
     p.add_argument("--print-key", action="store_true", help="print KEY<separator>VALUE")
     p.add_argument("--key-separator", default="\t", metavar="SEP")
+    p.add_argument("--format", metavar="FMT", help=FORMAT_HELP)
 
     # consumer groups
     groups = areas.add_parser("groups", help="list, describe and delete groups")

@@ -12,12 +12,19 @@ long runs, so ``shoal consume ... > file`` captures only records.
 * **consume** reads as a consumer group (``--group``, committing what it
   printed), or one partition without a group (``--partition`` with
   ``--offset N|earliest|latest``), or every partition of the topic without a
-  group. It stops after ``--max-messages`` or ``--timeout-ms`` without a record.
+  group. It stops after ``--max-messages``, ``--timeout-ms`` without a record (counted once
+  partitions are assigned: a group's join is not idleness), or with ``-e`` once every
+  partition reached the end offset it had when the run started (kcat's ``-e``).
+* Every read verb checks the topic first: an unknown topic exits 1 naming it, in every mode.
+  ``--format`` prints kcat-style (``%t %p %o %k %s %h %T %K %S``); the run always ends with
+  Kafka's "Processed a total of N messages" on stderr.
 * **share-consume** joins a share group in explicit acknowledgement mode and
   acknowledges every delivered record: REJECT when ``--reject`` matches its
   value, RELEASE when ``--release`` does, ACCEPT otherwise (records past
   ``--max-messages`` are RELEASEd unprinted, so nothing is lost). Meant for
-  scripts and tests that want to watch redelivery.
+  scripts and tests that want to watch redelivery. A new share group starts at the latest
+  offset: ``--from-beginning`` sets the group's share.auto.offset.reset=earliest first, and a
+  run that got nothing says why on stderr.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import asyncio
 import re
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from client.cli_support import Progress, UsageError, parse_key_values
@@ -69,11 +76,47 @@ def _text(b: Any) -> str:
     return str(b)
 
 
+def _size(b: Any) -> int:
+    return -1 if b is None else len(b)
+
+
+_TOKENS: dict[str, Callable[[Any], str]] = {
+    "t": lambda r: r.topic,
+    "p": lambda r: str(r.partition),
+    "o": lambda r: str(r.offset),
+    "k": lambda r: _text(r.key) if r.key is not None else "",
+    "s": lambda r: _text(r.value) if r.value is not None else "",
+    "h": lambda r: ",".join(f"{k}={_text(v)}" for k, v in (r.headers or ())),
+    "T": lambda r: str(r.timestamp),
+    "K": lambda r: str(_size(r.key)),
+    "S": lambda r: str(_size(r.value)),
+    "%": lambda r: "%",
+}
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+_TOKEN_RE = re.compile(r"%(.)|\\(.)", re.S)
+
+
+def check_format(fmt: str) -> None:
+    for m in _TOKEN_RE.finditer(fmt):
+        if m.group(1) is not None and m.group(1) not in _TOKENS:
+            raise UsageError(f"--format: unknown token %{m.group(1)} (known: %t %p %o %k %s %h %T %K %S %%)")
+        if m.group(2) is not None and m.group(2) not in _ESCAPES:
+            raise UsageError(f"--format: unknown escape \\{m.group(2)} (known: \\n \\t \\\\)")
+
+
+def format_record(fmt: str, record: Any) -> str:
+    """kcat's -f: tokens replaced by the record's fields, escapes by their characters."""
+    return _TOKEN_RE.sub(lambda m: _TOKENS[m.group(1)](record) if m.group(1) else _ESCAPES[m.group(2)], fmt)
+
+
 def _line(record: Any, args: argparse.Namespace) -> str:
+    """The text printed for one record, its line end included."""
+    if getattr(args, "format", None):
+        return format_record(args.format, record)
     value = _text(record.value)
     if getattr(args, "print_key", False):
-        return f"{_text(record.key)}{args.key_separator}{value}"
-    return value
+        return f"{_text(record.key)}{args.key_separator}{value}\n"
+    return value + "\n"
 
 
 class _Out:
@@ -83,8 +126,8 @@ class _Out:
         self.progress = Progress(what, clock=time.monotonic, interval_s=PROGRESS_INTERVAL_S)
         self.reported = False
 
-    def record(self, line: str) -> None:
-        sys.stdout.write(line + "\n")
+    def record(self, text: str) -> None:
+        sys.stdout.write(text)
         self.count(1)
 
     def count(self, n: int) -> None:
@@ -98,6 +141,7 @@ class _Out:
         sys.stdout.flush()
         if self.reported:
             _err(self.progress.summary())
+        _err(f"Processed a total of {self.progress.total} messages")  # as Kafka's console tools
 
 
 # -- produce ------------------------------------------------------------------------------------
@@ -175,27 +219,40 @@ async def consume(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     if args.group:
         cfg["group.id"] = args.group
         cfg.setdefault("enable.auto.commit", "false")  # we commit what we printed, no more
+    if args.format:
+        check_format(args.format)
+    every = await _all_partitions(args.topic, settings)  # an unknown topic fails here, in every mode
+    if args.partition is not None and TopicPartition(args.topic, args.partition) not in every:
+        raise KafkaClientError(f"topic {args.topic!r} has no partition {args.partition}")
     out = _Out("Consumed")
     left = args.max_messages
     async with AsyncConsumer(cfg) as consumer:
         if args.group:
             consumer.subscribe([args.topic])
         else:
-            if args.partition is not None:
-                tps = [TopicPartition(args.topic, args.partition)]
-            else:
-                tps = await _all_partitions(args.topic, settings)
+            tps = [TopicPartition(args.topic, args.partition)] if args.partition is not None else every
             consumer.assign(tps)
             if offset is not None:
                 consumer.seek(tps[0], offset)
         positions: dict[TopicPartition, int] = {}
+        ends: dict[TopicPartition, int] | None = None  # --exit-at-end: where each partition ended at start
         idle_since = time.monotonic()
         try:
             while left is None or left > 0:
+                assigned = consumer.assignment()
+                if not assigned:
+                    idle_since = time.monotonic()  # --timeout-ms counts from the assignment, not the join
+                elif args.exit_at_end:
+                    if ends is None:
+                        ends = await consumer.end_offsets(assigned)
+                        for tp in assigned:
+                            positions.setdefault(tp, await consumer.position(tp))
+                    if all(positions.get(tp, 0) >= end for tp, end in ends.items()):
+                        break
                 wait_ms = _poll_wait_ms(args.timeout_ms, idle_since)
                 if wait_ms is None:
                     break
-                batches = await consumer.getmany(timeout_ms=wait_ms)
+                batches = await consumer.getmany(timeout_ms=min(wait_ms, 200) if args.exit_at_end else wait_ms)
                 for tp, records in sorted(batches.items()):
                     for r in records:
                         if left is not None and left <= 0:
@@ -223,20 +280,43 @@ def _poll_wait_ms(timeout_ms: int | None, idle_since: float) -> int | None:
     return int(max(1, min(1000, remaining * 1000)))
 
 
-async def _all_partitions(topic: str, settings: dict[str, Any]) -> list[TopicPartition]:
-    """Every partition of ``topic``, asked with an admin client on the connection settings."""
+def _admin(settings: dict[str, Any]) -> Any:
     from client.admin import AsyncAdmin
     from client.config import describe
 
     admin_keys = {name for name, *_ in describe("admin")}
-    async with AsyncAdmin({k: v for k, v in settings.items() if k in admin_keys}) as admin:
+    return AsyncAdmin({k: v for k, v in settings.items() if k in admin_keys})
+
+
+async def _all_partitions(topic: str, settings: dict[str, Any]) -> list[TopicPartition]:
+    """Every partition of ``topic``; an unknown topic fails every verb the same way, at once
+    (a group or a share group would otherwise wait for it in silence)."""
+    from client.errors import BrokerResponseError
+
+    async with _admin(settings) as admin:
         d = (await admin.describe_topics([topic]))[topic]
+    if isinstance(d, BrokerResponseError) and d.code == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+        raise KafkaClientError(f"topic {topic!r} does not exist")
     if isinstance(d, BaseException):
         raise d
     return [TopicPartition(topic, p.partition) for p in d.partitions]
 
 
 # -- share-consume ------------------------------------------------------------------------------
+
+
+async def _share_from_beginning(group: str, settings: dict[str, Any]) -> None:
+    """share.auto.offset.reset=earliest on the group (it only matters while the group has no
+    offsets for a partition: a group that already consumed keeps its place, as in Kafka)."""
+    from client.admin_types import AlterConfigOp, ConfigResource
+
+    res = ConfigResource.group(group)
+    async with _admin(settings) as admin:
+        result = (
+            await admin.incremental_alter_configs({res: [AlterConfigOp.set("share.auto.offset.reset", "earliest")]})
+        )[res]
+    if result is not None:
+        raise result
 
 
 def _pattern(text: str | None, option: str) -> re.Pattern[str] | None:
@@ -253,6 +333,11 @@ async def share_consume(args: argparse.Namespace, settings: dict[str, Any]) -> i
     reject = _pattern(args.reject, "--reject")
     from client.share_consumer import AcknowledgeType, AsyncShareConsumer
 
+    if args.format:
+        check_format(args.format)
+    await _all_partitions(args.topic, settings)  # an unknown topic fails at once
+    if args.from_beginning:
+        await _share_from_beginning(args.group, settings)
     cfg = dict(settings)
     cfg["group.id"] = args.group
     cfg["share.acknowledgement.mode"] = "explicit"
@@ -264,6 +349,8 @@ async def share_consume(args: argparse.Namespace, settings: dict[str, Any]) -> i
         idle_since = time.monotonic()
         try:
             while left is None or left > 0:
+                if not consumer.assignment():
+                    idle_since = time.monotonic()  # --timeout-ms counts from the assignment, not the join
                 wait_ms = _poll_wait_ms(args.timeout_ms, idle_since)
                 if wait_ms is None:
                     break
@@ -289,6 +376,13 @@ async def share_consume(args: argparse.Namespace, settings: dict[str, Any]) -> i
             out.finish()
             results = await consumer.commit_sync()
             failures = [e for e in results.values() if e is not None]
+    if out.progress.total == 0 and not args.from_beginning:
+        _err(
+            f"No records came. A share group with no offsets starts at the latest offset "
+            f"(share.auto.offset.reset=latest): only records produced after it joined are delivered. "
+            f"--from-beginning sets the group's share.auto.offset.reset=earliest first "
+            f"(or: shoal configs alter --group {args.group} --set share.auto.offset.reset=earliest)."
+        )
     if failures:
         _err(f"Error: acknowledgements failed: {failures[0]}")
         return 1

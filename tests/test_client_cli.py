@@ -577,3 +577,67 @@ def test_consume_partition_and_group(broker, topic_name) -> None:
 
     for bad in (["--group", "g", "--partition", "0"], ["--offset", "3"], ["--partition", "0", "--offset", "soon"]):
         assert shoal("consume", topic_name, *bad, b=broker)[0] == 2
+
+
+def test_share_consume_on_a_new_group_says_why_nothing_came_and_from_beginning_reads(broker, topic_name) -> None:
+    group = topic_name + "-new"
+    assert shoal("topics", "create", topic_name, b=broker)[0] == 0
+    produce(broker, topic_name, 5)  # v0..v4, before the group exists
+    rc, out, err = shoal("share-consume", topic_name, "--group", group, "--timeout-ms", "1500", b=broker, timeout=90)
+    assert rc == 0 and out == "", err
+    assert "Processed a total of 0 messages" in err
+    assert "share.auto.offset.reset=latest" in err and "--from-beginning" in err
+    # The group now has offsets at the end: --from-beginning only helps a group with none.
+    fresh = topic_name + "-fresh"
+    rc, out, err = shoal(
+        "share-consume", topic_name, "--group", fresh, "--from-beginning", "--max-messages", "5", b=broker, timeout=90
+    )
+    assert rc == 0 and out.splitlines() == [f"v{i}" for i in range(5)], err
+    assert "Processed a total of 5 messages" in err
+    described = shoal("configs", "describe", "--group", fresh, b=broker)[1]
+    assert any(line.split()[:2] == ["share.auto.offset.reset", "earliest"] for line in described.splitlines())
+
+
+def test_unknown_topic_fails_every_read_verb_at_once(broker) -> None:
+    for verb in (
+        ["consume", "no-such-topic"],
+        ["consume", "no-such-topic", "--group", "g-none", "--timeout-ms", "60000"],
+        ["consume", "no-such-topic", "--partition", "0", "--timeout-ms", "60000"],
+        ["share-consume", "no-such-topic", "--group", "sg-none", "--timeout-ms", "60000"],
+    ):
+        started = time.monotonic()
+        rc, _, err = shoal(*verb, b=broker, timeout=60)
+        assert rc == 1 and "topic 'no-such-topic' does not exist" in err, (verb, rc, err)
+        assert time.monotonic() - started < 30, verb
+
+
+def test_consume_format_and_exit_at_end(broker, topic_name) -> None:
+    assert shoal("topics", "create", topic_name, "--partitions", "2", b=broker)[0] == 0
+    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    for i in range(3):
+        p.produce(topic_name, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 2, headers=[("h", b"x")])
+    assert p.flush(15) == 0
+    rc, out, err = shoal(
+        "consume", topic_name, "--from-beginning", "-e", "--format", r"%t|%p|%o|%k|%s|%h|%S\n", b=broker
+    )
+    assert rc == 0, err
+    assert sorted(out.splitlines()) == sorted(
+        [f"{topic_name}|0|0|k0|v0|h=x|2", f"{topic_name}|1|0|k1|v1|h=x|2", f"{topic_name}|0|1|k2|v2|h=x|2"]
+    )
+    assert "Processed a total of 3 messages" in err
+    assert shoal("consume", topic_name, "--format", "%q", b=broker)[0] == 2
+
+
+def test_consume_timeout_counts_from_the_assignment_not_the_join(tmp_path, topic_name) -> None:
+    """The group's join waits group.initial.rebalance.delay.ms (2 s here): --timeout-ms 1000 used
+    to run out during the join and print nothing."""
+    b = BrokerProcess(tmp_path / "data", (*FAST[:2], "group.initial.rebalance.delay.ms=2000")).start()
+    try:
+        assert shoal("topics", "create", topic_name, b=b)[0] == 0
+        produce(b, topic_name, 4)
+        rc, out, err = shoal(
+            "consume", topic_name, "--group", "slow-join", "--from-beginning", "--timeout-ms", "1000", b=b, timeout=90
+        )
+        assert rc == 0 and out.splitlines() == [f"v{i}" for i in range(4)], err
+    finally:
+        b.stop()
