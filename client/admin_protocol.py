@@ -24,6 +24,7 @@ Conventions:
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -73,7 +74,13 @@ LIST_OFFSETS_RETRY = frozenset(
 
 
 def entity_error(code: int, message: str | None, what: str) -> BrokerResponseError:
-    """A typed error naming the entity it is about, keeping the broker's message."""
+    """A typed error naming the entity it is about, keeping the broker's message (which is
+    used alone when it names the entity already: "Topic 'demo' already exists", not
+    "topic 'demo': Topic 'demo' already exists")."""
+    if message:
+        quoted = re.search(r"'(.*)'", what)
+        if quoted is not None and quoted.group(1) in message:
+            return BrokerResponseError(code, message)
     return BrokerResponseError(code, f"{what}: {message or error_for(code).message}")
 
 

@@ -86,6 +86,7 @@ def _verb(sub: Any, name: str, help_text: str, **kw: Any) -> argparse.ArgumentPa
         **kw,
     )
     _connection_options(p, "verb")
+    p.set_defaults(verb_parser=p)  # a typo in its options is reported with its own usage
     return p
 
 
@@ -260,7 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (0 ok, 1 operation failed, 2 usage/config error)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # unknown options of a verb: its usage, not the top-level one
+            getattr(args, "verb_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)
         return int(e.code or 0) if isinstance(e.code, int) else 2
     try:

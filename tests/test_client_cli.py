@@ -178,6 +178,9 @@ def test_usage_and_config_errors_exit_2(tmp_path) -> None:
     assert rc == 2 and "--to-earliest" in err
     rc, out, _ = shoal("--help")
     assert rc == 0 and "exit codes" in out and "2  usage" in out
+    # A typo in a verb's option shows that verb's usage, not the top-level one.
+    rc, _, err = shoal("topics", "create", "t", "--partitons", "3")
+    assert rc == 2 and "usage: shoal topics create" in err and "--partitons" in err
 
 
 def test_unreachable_broker_exits_1_with_one_line() -> None:
@@ -201,6 +204,7 @@ def test_topics_verbs(broker, topic_name) -> None:
 
     rc, out, err = shoal("topics", "create", a, b=broker)
     assert rc == 1 and out == "" and "TOPIC_ALREADY_EXISTS" in err and len(err.strip().splitlines()) == 1
+    assert err.count(a) == 1, err  # the broker's message names the topic; not said twice
     assert shoal("topics", "create", a, "--if-not-exists", b=broker)[0] == 0
     rc, _, err = shoal("topics", "create", "bad name!", b=broker)
     assert rc == 1 and "INVALID_TOPIC_EXCEPTION" in err
