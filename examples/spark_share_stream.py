@@ -55,7 +55,9 @@ def merge_batch(spark: Any, batch: Any, output: str) -> int:
     try:
         n = new.count()
         if n:
-            new.write.mode("append").partitionBy("topic", "partition").parquet(output)
+            # One file per topic-partition per micro-batch: shuffled as it is (dropDuplicates,
+            # the anti-join), a batch wrote one file per shuffle partition -- 595 files for 5,000 rows.
+            new.repartition("topic", "partition").write.mode("append").partitionBy("topic", "partition").parquet(output)
     finally:
         new.unpersist()
     return n
@@ -107,6 +109,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trigger-seconds", type=float, help="micro-batch interval (default: as fast as possible)")
     p.add_argument("--available-now", action="store_true", help="process what is there, then exit")
     p.add_argument("--master", default=os.environ.get("SPARK_MASTER", "local[*]"))
+    p.add_argument("--shuffle-partitions", type=int, default=4, help="spark.sql.shuffle.partitions (default 4)")
     return p.parse_args(argv)
 
 
@@ -115,7 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.master(args.master).appName("shoal-share-stream").getOrCreate()
+    spark = (
+        SparkSession.builder.master(args.master)
+        .appName("shoal-share-stream")
+        # Spark's 200 shuffle partitions suit large joins, not micro-batches of a few thousand rows.
+        .config("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
+        .getOrCreate()
+    )
     query = build_query(spark, args)
     try:
         query.awaitTermination()

@@ -83,6 +83,9 @@ def test_stream_example_drains_the_group_into_parquet(spark, spark_broker, topic
         "--starting-offsets=earliest",
         "--available-now",
     ]
+    # As many shuffle partitions as there are rows per batch and partition, or more: the old
+    # merge wrote a file per shuffle partition (595 files for 5,000 rows at Spark's 200).
+    spark.conf.set("spark.sql.shuffle.partitions", "16")
     # Trigger.AvailableNow: the query drains what the group has and stops by itself.
     query = example.build_query(spark, example.parse_args(argv))
     assert query.awaitTermination(120), "the available-now query did not finish"
@@ -93,3 +96,10 @@ def test_stream_example_drains_the_group_into_parquet(spark, spark_broker, topic
     rows = spark.read.parquet(str(out)).select("partition", "offset", "deliveryCount").collect()
     assert sorted((r.partition, r.offset) for r in rows) == sorted((i % 3, i // 3) for i in range(210))
     assert {r.deliveryCount for r in rows} == {1}
+    # At most one file per topic-partition per micro-batch (a batch used to write one per shuffle
+    # partition: 595 files for 5,000 rows).
+    spark.conf.set("spark.sql.shuffle.partitions", "2")  # the fixture's
+    batches = len([f for f in (chk / "commits").iterdir() if f.name.isdigit()])
+    for part_dir in out.glob("topic=*/partition=*"):
+        files = list(part_dir.glob("*.parquet"))
+        assert 1 <= len(files) <= batches, (part_dir, len(files), batches)
