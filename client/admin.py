@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -117,13 +118,20 @@ def _bounded(fn: F) -> F:
     async def wrapper(self: AsyncAdmin, *args: Any, **kwargs: Any) -> Any:
         t = kwargs.get("timeout_ms")
         limit = self.config["default.api.timeout.ms"] if t is None else t
+        started = time.monotonic()
+        self._core.last_retry_error = None
         try:
             async with asyncio.timeout(limit / 1000 + _GRACE_S):
                 return await fn(self, *args, **kwargs)
         except TimeoutError as e:
             if isinstance(e, KafkaTimeoutError):
                 raise
-            raise KafkaTimeoutError(f"{fn.__name__} did not finish within {limit:.0f} ms") from None
+            last = self._core.last_retry_error
+            elapsed = (time.monotonic() - started) * 1000
+            cause = f"; last error: {last}" if last is not None else "; no answer came"
+            raise KafkaTimeoutError(
+                f"{fn.__name__} did not finish in {elapsed:.0f} ms (timeout {limit:.0f} ms){cause}"
+            ) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -118,6 +118,9 @@ class ClientCore:
         self._started = False
         self._maintenance: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The latest retriable error a retry saw: a call cut off by its own deadline (the admin's
+        # hard cap) names it instead of only saying that time ran out.
+        self.last_retry_error: BaseException | None = None
 
     # -- lifecycle -----------------------------------------------------------------
     @property
@@ -280,18 +283,27 @@ class ClientCore:
         what: str = "request",
     ) -> T:
         """Run ``op`` until it succeeds, its error is not retriable, or time runs out."""
-        deadline = self.now_ms() + (self.config["default.api.timeout.ms"] if timeout_ms is None else timeout_ms)
+        budget = self.config["default.api.timeout.ms"] if timeout_ms is None else timeout_ms
+        started = self.now_ms()
+        deadline = started + budget
         backoff = Backoff(self.config["retry.backoff.ms"], self.config["retry.backoff.max.ms"])
+        attempts = 0
         while True:
             self._check_open()
+            attempts += 1
             try:
                 return await op()
             except (KafkaClientError, KafkaErrorResponse) as e:
                 if not is_retriable(e):
                     raise
-                remaining = deadline - self.now_ms()
+                self.last_retry_error = e
+                now = self.now_ms()
+                remaining = deadline - now
                 if remaining <= 0:
-                    raise KafkaTimeoutError(f"{what} did not succeed in time: last error {e}") from e
+                    raise KafkaTimeoutError(
+                        f"{what} did not succeed in {now - started:.0f} ms ({attempts} attempts, "
+                        f"budget {budget:.0f} ms); last error: {e}"
+                    ) from e
                 # The last pause is cut short so that one more attempt runs at the deadline.
                 pause = min(backoff.next_ms(), remaining)
                 log.debug("%s failed (%s); retrying in %.0f ms", what, e, pause)

@@ -9,6 +9,7 @@ answers ApiVersions like a broker and then does what the test scripts.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -324,6 +325,47 @@ async def test_coordinator_moves_are_followed() -> None:
             assert answers == {"find": 2, "describe": 2}
         finally:
             await core.close()
+
+
+async def test_a_timeout_says_how_long_it_tried_and_the_last_error() -> None:
+    """#27: a timeout error said "30000 ms" after a minute and dropped the cause."""
+    peer_port = 0
+
+    def on_request(req: Any, reply: Callable[[Any], None], transport: Any) -> None:
+        name = req.api.name
+        if name == "Metadata":
+            reply(_metadata_reply(peer_port))
+        elif name == "FindCoordinator":
+            R = req.api.response_class()
+            reply(
+                R(coordinators=[R.Coordinator(key="g", node_id=7, host="127.0.0.1", port=peer_port)])
+                if req.version >= 4
+                else R(node_id=7, host="127.0.0.1", port=peer_port)
+            )
+        elif name == "DescribeGroups":
+            R = req.api.response_class()
+            reply(R(groups=[R.DescribedGroup(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, group_id="g")]))
+
+    async with ScriptedPeer(on_request) as peer:
+        peer_port = peer.port
+        core = ClientCore(
+            build_config("admin", {"bootstrap.servers": f"127.0.0.1:{peer.port}", "retry.backoff.ms": 20})
+        )
+        await core.start()
+        try:
+            req = api_by_name("DescribeGroups").request_class()(groups=["g"])
+            started = time.monotonic()
+            with pytest.raises(KafkaTimeoutError) as e:
+                await core.coordinator_call(
+                    "g", "DescribeGroups", req, error_of=lambda r: r.groups[0].error_code, timeout_ms=400
+                )
+            took_ms = (time.monotonic() - started) * 1000
+        finally:
+            await core.close()
+    text = str(e.value)
+    assert "COORDINATOR_LOAD_IN_PROGRESS" in text and "budget 400 ms" in text and "attempts" in text, text
+    said = int(re.search(r"did not succeed in (\d+) ms", text).group(1))
+    assert 400 <= said <= took_ms + 1, (said, took_ms)
 
 
 # -- against a real broker -----------------------------------------------------------------------
