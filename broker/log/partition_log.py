@@ -837,7 +837,7 @@ class PartitionLog(LogReads):
             self.drain()  # never close a descriptor the writer thread still writes to
             self._close_files()
             self._closed = True
-        doomed = f"{self.path}.{uuid.uuid4().hex}-delete"
+        doomed = os.path.join(os.path.dirname(self.path), delete_dir_name(os.path.basename(self.path)))
         try:
             os.rename(self.path, doomed)
         except FileNotFoundError:
@@ -856,3 +856,15 @@ class PartitionLog(LogReads):
             with contextlib.suppress(OSError):
                 os.close(self._rp_fd)
             self._rp_fd = -1
+
+
+NAME_MAX = 255  # bytes in one path component (Linux, and Kafka's own bound)
+
+
+def delete_dir_name(name: str) -> str:
+    """``<topic>-<partition>.<32 hex>-delete``, the topic cut so the whole fits in one path
+    component, as Kafka's LocalLog.logDeleteDirName does: a 249-character topic would otherwise
+    give a 289-byte name, the rename fail and the deleted records come back with the topic."""
+    topic, _, partition = name.rpartition("-")
+    tail = f"-{partition}.{uuid.uuid4().hex}-delete"
+    return topic.encode()[: NAME_MAX - len(tail.encode())].decode(errors="ignore") + tail
