@@ -13,6 +13,7 @@ import binascii
 from typing import Any
 
 from broker.groups.classic import GroupState, JoinParams
+from broker.handlers.limits import id_error
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode, KafkaErrorResponse
 
@@ -90,6 +91,16 @@ def _valid_share_key(key: str) -> bool:
 
 async def handle_join_group(broker: Any, ctx: Any, req: Any) -> Any:
     cls = _JG.response_class()
+    bad = id_error(req.group_id, req.member_id, req.group_instance_id)
+    if bad is not None:
+        return cls(
+            throttle_time_ms=0,
+            error_code=bad[0],
+            generation_id=-1,
+            protocol_name=None if ctx.api_version >= 7 else "",  # nullable from v7
+            leader="",
+            member_id="",
+        )
     rebalance_timeout = req.rebalance_timeout_ms if ctx.api_version >= 1 else req.session_timeout_ms
     params = JoinParams(
         member_id=req.member_id,
@@ -123,6 +134,9 @@ async def handle_join_group(broker: Any, ctx: Any, req: Any) -> Any:
 
 async def handle_sync_group(broker: Any, ctx: Any, req: Any) -> Any:
     cls = _SG.response_class()
+    bad = id_error(req.group_id, req.member_id, req.group_instance_id)
+    if bad is not None:
+        return cls(throttle_time_ms=0, error_code=bad[0], assignment=b"")
     assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
     r = await broker.groups.sync(
         req.group_id,
@@ -182,7 +196,10 @@ async def handle_offset_commit(broker: Any, ctx: Any, req: Any) -> Any:
         for p in t.partitions:
             names.append((t, p))
             wanted.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata))
+    bad = id_error(req.group_id, req.member_id, req.group_instance_id)
     try:
+        if bad is not None:
+            raise KafkaErrorResponse(bad[0], bad[1])
         _, errors = await broker.groups.commit(
             req.group_id, req.generation_id_or_member_epoch, req.member_id, req.group_instance_id, wanted
         )

@@ -28,6 +28,7 @@ import uuid
 from typing import Any
 
 from broker.handlers.fetch import fetch_key
+from broker.handlers.limits import id_error
 from broker.purgatory import DelayedOperation
 from broker.share.share_session import ContextKind, SessionError
 from protocol.api import api_by_name
@@ -206,6 +207,9 @@ async def handle_share_fetch(broker: Any, ctx: Any, req: Any) -> Any:
 
     if not gid or not member:
         return top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set.")
+    bad = id_error(gid, member)
+    if bad is not None:
+        return top(*bad)
     lock_ms = mgr.setting(gid, "share.record.lock.duration.ms")
     if req.max_records < 0 or (version >= 1 and req.max_records == 0 and req.share_session_epoch != -1):
         return top(ErrorCode.INVALID_REQUEST, "MaxRecords must be positive.")
@@ -304,6 +308,9 @@ async def handle_share_acknowledge(broker: Any, ctx: Any, req: Any) -> Any:
 
     if not gid or not member:
         return top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set.")
+    bad = id_error(gid, member)
+    if bad is not None:
+        return top(*bad)
     session = mgr.sessions.for_acknowledge(gid, member, req.share_session_epoch)
     if isinstance(session, SessionError):
         return top(session.error_code, session.message)

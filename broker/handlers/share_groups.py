@@ -27,6 +27,7 @@ import logging
 import uuid
 from typing import Any
 
+from broker.handlers.limits import id_error
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode, KafkaErrorResponse
 
@@ -45,6 +46,9 @@ ASSIGNOR_NAME = "simple"
 
 async def handle_share_group_heartbeat(broker: Any, ctx: Any, req: Any) -> Any:
     cls = _HB.response_class()
+    bad = id_error(req.group_id, req.member_id)
+    if bad is not None:
+        return cls(throttle_time_ms=0, error_code=bad[0], error_message=bad[1], member_id=None, member_epoch=0)
     a = await broker.groups.share.heartbeat(
         req.group_id,
         req.member_id,
