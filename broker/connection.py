@@ -99,6 +99,8 @@ class Connection(asyncio.BufferedProtocol):
         self._draining = False
         self._write_paused = False
         self._closed = False
+        # A frame we cannot take arrived: the requests before it are answered, then we close.
+        self._doomed: str | None = None
         self.last_active = server.clock.monotonic_ms()
         self.tasks: set[asyncio.Task] = set()
 
@@ -136,6 +138,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = self.server.clock.monotonic_ms()
+        if self._doomed is not None:
+            return  # nothing after a bad frame is read
         try:
             if self._big is not None:
                 self._big_filled += nbytes
@@ -150,7 +154,7 @@ class Connection(asyncio.BufferedProtocol):
             self._staged += nbytes
             self._drain_staging()
         except ProtocolError as e:
-            self.abort(f"bad frame: {e}")
+            self._reject(f"bad frame: {e}")
 
     def eof_received(self) -> bool | None:
         return None  # close our side too
@@ -207,7 +211,7 @@ class Connection(asyncio.BufferedProtocol):
         """Handle the whole frames in ``buf[:n]``; keep what follows for the next reads."""
         pos = 0
         staging = self._staging
-        while n - pos >= 4 and not self._closed:
+        while n - pos >= 4 and not self._closed and self._doomed is None:
             size = self._frame_size(buf, pos)
             if n - pos - 4 >= size:
                 frame = memoryview(buf)[pos + 4 : pos + 4 + size]
@@ -237,7 +241,7 @@ class Connection(asyncio.BufferedProtocol):
             self._unsupported(e)
             return
         except ProtocolError as e:
-            self.abort(f"malformed request: {e}")
+            self._reject(f"malformed request: {e}")
             return
         slot = _Slot(request.api.key, request.version, request.correlation_id)
         self._slots.append(slot)
@@ -255,7 +259,7 @@ class Connection(asyncio.BufferedProtocol):
             self._slots.append(slot)
             self.complete(slot, self.broker.api_versions_error_body())
             return
-        self.abort(f"unsupported API key {e.api_key} version {e.version}")
+        self._reject(f"unsupported API key {e.api_key} version {e.version}")
 
     # -- responses ---------------------------------------------------------------
     def complete(self, slot: _Slot, body: Any) -> None:
@@ -290,6 +294,9 @@ class Connection(asyncio.BufferedProtocol):
                 return
         if out and transport is not None and not transport.is_closing():
             transport.writelines(out)
+        if self._doomed is not None and not slots:
+            self._close_doomed()
+            return
         self._update_reading()
 
     def fail(self, slot: _Slot, reason: str) -> None:
@@ -301,7 +308,9 @@ class Connection(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is None or self._closed:
             return
-        should_pause = self._write_paused or self._draining or len(self._slots) >= self.max_queued
+        should_pause = (
+            self._write_paused or self._draining or self._doomed is not None or len(self._slots) >= self.max_queued
+        )
         if should_pause and not self._reading_paused:
             self._reading_paused = True
             transport.pause_reading()
@@ -317,6 +326,24 @@ class Connection(asyncio.BufferedProtocol):
     @property
     def in_flight(self) -> int:
         return len(self._slots)
+
+    def _reject(self, reason: str) -> None:
+        """A frame we cannot take. Kafka reads one request at a time, so it answers every request
+        before a bad one and then closes; so do we: nothing more is read, the requests already
+        taken are answered in order, and the connection closes once they are written (closed,
+        not aborted: the answers in the write buffer still go out)."""
+        if self._closed or self._doomed is not None:
+            return
+        log.warning("closing connection from %s after its earlier requests: %s", self.peer, reason)
+        self._doomed = reason
+        self._update_reading()
+        if not self._slots:
+            self._close_doomed()
+
+    def _close_doomed(self) -> None:
+        self._closed = True
+        if self.transport is not None:
+            self.transport.close()
 
     def abort(self, reason: str) -> None:
         if self._closed:

@@ -15,6 +15,7 @@ import pytest
 
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode
+from protocol.frames import encode_request
 from protocol.records import build_batch, decode_record_set, update_crc
 from tests.brokers import RawClient
 
@@ -126,6 +127,38 @@ def test_unknown_api_key_closes_connection(shared_broker) -> None:
         payload = struct.pack(">hhi", 999, 0, 1) + b"\x00\x00"
         s.sendall(struct.pack(">i", len(payload)) + payload)
         assert s.recv(10) == b""
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        struct.pack(">i", 200 * 1024 * 1024),  # a size over socket.request.max.bytes
+        struct.pack(">i", 6) + struct.pack(">hhh", 999, 0, 1),  # an unknown API key
+        struct.pack(">i", 3) + b"\xff\xff\xff",  # a frame too short for a header
+    ],
+    ids=["oversized", "unknown key", "malformed"],
+)
+def test_requests_before_a_bad_frame_are_answered_then_the_connection_closes(shared_broker, garbage) -> None:
+    """#28 item 11: ApiVersions and garbage in one write. Kafka reads one request at a time, so
+    it answers the ApiVersions and then closes; the answer used to be dropped (abort)."""
+    a = api_by_name("ApiVersions")
+    body = a.request_class()(client_software_name="t", client_software_version="1")
+    first = b"".join(encode_request(a.key, 3, 41, "t", body))
+    second = b"".join(encode_request(a.key, 3, 42, "t", body))
+    with socket.create_connection(("127.0.0.1", shared_broker.port), timeout=5) as s:
+        s.sendall(first + second + garbage)
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    corrs = []
+    while got:
+        (size,) = struct.unpack(">i", got[:4])
+        corrs.append(struct.unpack(">i", got[4:8])[0])
+        got = got[4 + size :]
+    assert corrs == [41, 42]  # both answered, in order, then EOF
 
 
 def test_frame_over_socket_request_max_bytes_closes_connection(shared_broker) -> None:
