@@ -367,6 +367,16 @@ class BrokerConfig:
             raise ConfigError(
                 "listeners", "Shoal needs at least one PLAINTEXT listener", render_value(values["listeners"])
             )
+        # One place to relax when more listeners are served (TLS, SASL, several names): until then
+        # a listener that would not be bound stops the broker, instead of being silently ignored.
+        if len(endpoints) > 1:
+            served = endpoints[next(i for i, e in enumerate(endpoints) if e.security_protocol == "PLAINTEXT")]
+            ignored = [f"{e.name}://{e.host}:{e.port} ({e.security_protocol})" for e in endpoints if e is not served]
+            raise ConfigError(
+                "listeners",
+                f"Shoal serves one PLAINTEXT listener; these would not be served: {', '.join(ignored)}",
+                render_value(values["listeners"]),
+            )
         advertised = cls._advertised(values["advertised.listeners"], endpoints, protocols)
         return cls(MappingProxyType(values), MappingProxyType(sources), endpoints, advertised)
 

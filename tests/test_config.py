@@ -440,11 +440,8 @@ def test_malformed_listeners(url: str) -> None:
 
 
 def test_listener_selection_and_advertising() -> None:
-    c = cfg(
-        listeners="SSL://:9093,PLAINTEXT://0.0.0.0:9094,INTERNAL://127.0.0.1:9095",
-        listener_security_protocol_map="SSL:SSL,PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
-    )
-    assert c.listener_host_port() == ("0.0.0.0", 9094)  # the first PLAINTEXT-protocol listener
+    c = cfg(listeners="INTERNAL://0.0.0.0:9094", listener_security_protocol_map="INTERNAL:PLAINTEXT")
+    assert c.listener_host_port() == ("0.0.0.0", 9094)  # a PLAINTEXT-protocol listener of any name
     host, port = c.advertised_host_port()
     assert host not in ("", "0.0.0.0") and port == 9094  # wildcard replaced by a host name
     explicit = cfg(listeners="PLAINTEXT://:0", advertised_listeners="PLAINTEXT://shoal.local:19092")
@@ -457,6 +454,16 @@ def test_listener_rules() -> None:
         cfg(listeners="PLAINTEXT://:1,PLAINTEXT://:2")
     with raises("listeners"):
         cfg(listeners="SSL://:1")  # Shoal speaks PLAINTEXT only
+    # #28: a listener that would not be bound stops the broker (it was silently ignored).
+    with raises("listeners") as e:
+        cfg(listeners="PLAINTEXT://:9092,SSL://:9093")
+    assert "SSL://:9093 (SSL)" in str(e.value)
+    with raises("listeners") as e:
+        cfg(
+            listeners="PLAINTEXT://:9092,INTERNAL://127.0.0.1:9095",
+            listener_security_protocol_map="PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        )
+    assert "INTERNAL://127.0.0.1:9095 (PLAINTEXT)" in str(e.value)
     with raises("advertised.listeners"):
         cfg(advertised_listeners="OTHER://h:1")
     with raises("advertised.listeners"):
