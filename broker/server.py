@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from broker.broker import Broker
 
 log = logging.getLogger("shoal.server")
+QUIET_MS = 1000  # a connection this quiet gives back the staging pages of its last burst
 
 
 class Server:
@@ -46,14 +47,19 @@ class Server:
             self._reaper = asyncio.create_task(self._reap_idle())
 
     async def _reap_idle(self) -> None:
-        interval = max(0.05, min(self.idle_ms / 1000 / 4, 30.0))
+        """Close connections idle past connections.max.idle.ms; and once a connection has been
+        quiet for QUIET_MS, give back the receive-buffer pages its last burst touched."""
+        interval = max(0.05, min(self.idle_ms / 1000 / 4, 30.0, QUIET_MS / 1000))
         while True:
             await asyncio.sleep(interval)
             now = self.clock.monotonic_ms()
             for conn in list(self.connections):
-                if conn.in_flight == 0 and now - conn.last_active > self.idle_ms:
+                quiet = now - conn.last_active
+                if conn.in_flight == 0 and quiet > self.idle_ms:
                     log.info("closing idle connection from %s", conn.peer)
                     conn.close()
+                elif quiet > QUIET_MS:
+                    conn.release_buffers()
 
     def stop_accepting(self) -> None:
         for srv in self._servers:
