@@ -305,6 +305,25 @@ def _listeners_problem(urls: tuple[str, ...]) -> str | None:
     return None
 
 
+def parse_ip_overrides(text: str) -> dict[str, int]:
+    """max.connections.per.ip.overrides: "host:count,host:count" (Kafka's form) as a dict."""
+    out: dict[str, int] = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host or not _INT_RE.fullmatch(count) or int(count) < 0:
+            raise ValueError(f"{item!r} is not host:count")
+        out[host] = int(count)
+    return out
+
+
+def _ip_overrides_problem(text: str) -> str | None:
+    try:
+        parse_ip_overrides(text)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def _protocol_map_problem(text: str) -> str | None:
     for pair in (p.strip() for p in text.split(",") if p.strip()):
         name, sep, proto = pair.partition(":")
@@ -519,6 +538,8 @@ _COMPRESSION = OneOf(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer
 _TIMESTAMP_TYPE = OneOf(("CreateTime", "LogAppendTime"))
 _CLEANUP = ListOf(("compact", "delete"))
 _LISTENERS = Check(_listeners_problem, "NAME://host:port,...")
+_IP_OVERRIDES = Check(_ip_overrides_problem, "host:count,...")
+_INT_MAX = 2**31 - 1
 
 
 def _key(name: str, ctype: ConfigType, default: Any, doc: str, **kw: Any) -> ConfigKey:
@@ -578,6 +599,30 @@ BROKER_CONFIGS: Final = ConfigDef.of(
         600000,
         "Connections silent for this long are closed.",
         importance=_MED,
+    ),
+    _key(
+        "max.connections",
+        _INT,
+        _INT_MAX,
+        "Connections the broker holds at once; a connection past it is closed as it is accepted.",
+        importance=_MED,
+        validator=_AT_LEAST_0,
+    ),
+    _key(
+        "max.connections.per.ip",
+        _INT,
+        _INT_MAX,
+        "Connections one IP address may hold; past it, new ones from that address are closed as accepted.",
+        importance=_MED,
+        validator=_AT_LEAST_0,
+    ),
+    _key(
+        "max.connections.per.ip.overrides",
+        _STR,
+        "",
+        "Per-address exceptions to max.connections.per.ip, as host:count,host:count.",
+        importance=_MED,
+        validator=_IP_OVERRIDES,
     ),
     _key(
         "queued.max.requests",

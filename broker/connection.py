@@ -114,6 +114,8 @@ class Connection(asyncio.BufferedProtocol):
         self._closed = False
         # A frame we cannot take arrived: the requests before it are answered, then we close.
         self._doomed: str | None = None
+        self._admitted = False  # counted against the connection limits (see Server.admit)
+        self._ip = "?"
         self.last_active = server.clock.monotonic_ms()
         self.tasks: set[asyncio.Task] = set()
 
@@ -122,6 +124,14 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._ip = peer[0] if peer else "?"
+        refused = self.server.admit(self._ip)
+        if refused is not None:
+            log.info("refusing connection from %s: %s", self.peer, refused)
+            self._closed = True
+            transport.abort()
+            return
+        self._admitted = True
         self.server.connections.add(self)
         transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         try:
@@ -131,6 +141,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if not self._admitted:
+            return  # refused at accept: nothing was set up
+        self._admitted = False
+        self.server.release(self._ip)
         for buf in (self._big, self._spec):
             if buf is not None:
                 self._pool.give(buf)

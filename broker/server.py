@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from broker.buffers import FramePool
+from broker.configdefs import parse_ip_overrides
 from broker.connection import Connection
 
 if TYPE_CHECKING:
@@ -31,6 +33,12 @@ class Server:
         self.max_queued_requests = cfg.get("queued.max.requests")
         self.idle_ms = cfg.get("connections.max.idle.ms")
         self.connections: set[Connection] = set()
+        # Kafka's connection quotas: past a limit, a new connection is closed as it is accepted.
+        self.max_connections = cfg.get("max.connections")
+        self.max_per_ip = cfg.get("max.connections.per.ip")
+        self.per_ip_overrides = parse_ip_overrides(cfg.get("max.connections.per.ip.overrides"))
+        self.per_ip: Counter[str] = Counter()
+        self.refused = 0  # connections closed at accept by a limit, ever
         self.frame_pool = FramePool()  # receive buffers of large frames, shared by connections
         self._servers: list[asyncio.base_events.Server] = []
         self._reaper: asyncio.Task | None = None
@@ -45,6 +53,23 @@ class Server:
         log.info("listening on %s", ", ".join(f"{h}:{p}" for h, p in self.bound))
         if self._reaper is None:
             self._reaper = asyncio.create_task(self._reap_idle())
+
+    def admit(self, ip: str) -> str | None:
+        """Count a new connection from `ip`; the limit it breaks (it is then not counted), or None."""
+        if len(self.connections) >= self.max_connections:
+            reason = f"max.connections ({self.max_connections})"
+        elif self.per_ip[ip] >= self.per_ip_overrides.get(ip, self.max_per_ip):
+            reason = f"max.connections.per.ip for {ip} ({self.per_ip_overrides.get(ip, self.max_per_ip)})"
+        else:
+            self.per_ip[ip] += 1
+            return None
+        self.refused += 1
+        return reason
+
+    def release(self, ip: str) -> None:
+        self.per_ip[ip] -= 1
+        if self.per_ip[ip] <= 0:
+            del self.per_ip[ip]
 
     async def _reap_idle(self) -> None:
         """Close connections idle past connections.max.idle.ms; and once a connection has been
