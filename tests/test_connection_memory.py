@@ -81,3 +81,26 @@ def test_pages_of_a_burst_go_back_once_the_connection_is_quiet(broker_factory) -
         for s in socks:
             s.close()
     assert per < LIMIT, f"{per / 1024:.0f} KiB per connection after its burst"
+
+
+def test_an_announced_size_is_not_memory_until_its_bytes_arrive(broker_factory) -> None:
+    """#28 item 6: 20 sockets each announcing a ~100 MB frame (under socket.request.max.bytes)
+    and sending 100 bytes of it took the broker to 2 GiB: the frame's buffer was allocated and
+    zero-filled at its announced size. Pages now exist only once bytes land in them."""
+    b = broker_factory()
+    b.start()
+    time.sleep(0.5)
+    before = rss(b.proc.pid)
+    socks = []
+    try:
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", b.port), timeout=10)
+            s.sendall(struct.pack(">i", 100_000_000) + bytes(100))
+            socks.append(s)
+        time.sleep(1.0)
+        grown = rss(b.proc.pid) - before
+        assert b.proc.poll() is None
+    finally:
+        for s in socks:
+            s.close()
+    assert grown < 100 * 1024 * 1024, f"{grown / 2**20:.0f} MiB for 20 announced frames"
