@@ -35,7 +35,8 @@ it what it cannot have itself:
   Changes were made, so each share partition has one write queue drained by
   one task; what queued up while a write was in flight goes in the next one
   write (ranges overlaid in order, the furthest start), so members acking
-  one partition share a write and its sync instead of waiting in line. A failed acknowledgement write undoes the in-memory change
+  one partition share a write and its sync instead of waiting in line. A
+  failed acknowledgement write undoes the in-memory change
   (``Change.undo``) and the member gets the error; lock expiries and
   releases are kept even when their write fails (as Kafka does), and the
   next write carries the state again.
@@ -74,13 +75,13 @@ LEADER_EPOCH = 0  # Shoal's constant leader epoch (single node)
 READ_CHUNK = 1 << 20  # the first log read of a share partition (its bytes per record unknown)
 READ_MIN = 16 << 10  # smallest later read: what MaxRecords can use, never less than this
 WRITE_COALESCE_BATCHES = 1000  # queued changes share one write while their ranges stay under this
-START_RETRY_S = 1.0
+START_RETRY_S = 1.0  # a failed write of a moved start offset is tried again this much later
 # record_limit: a batch this large (bytes, or records the client would decode) of which a fetch
 # acquired under half the records is sent as a batch of just those records
 # (protocol/record_slice.py); its record index is kept for the next fetch.
 SLICE_MIN_BYTES = 64 << 10
 SLICE_MIN_RECORDS = 128
-SLICE_CACHE = 4  # record indexes kept per share partition  # a failed write of a moved start offset is tried again this much later
+SLICE_CACHE = 4  # record indexes kept per share partition
 DEAD_LETTER_READ = 16 << 20  # log bytes read back to copy archived records
 ARCHIVED_STATE = 4
 PartitionKey = tuple[str, uuid.UUID, int]
