@@ -19,9 +19,9 @@ again, and the recovery time per restart (spawn to the first answered Metadata).
 prefixes, truncated bodies, unknown API keys and versions, produce batches with a corrupted
 CRC, and well-formed ShareFetch / ShareAcknowledge / ShareGroupHeartbeat / OffsetCommit
 requests full of nonsense (random ids, epochs, offsets, acknowledge types). A connection the
-broker closes is reopened. Meanwhile a well-behaved client produces (acks=-1) and fetches in
-a loop. Printed: broker crashes, broker RSS before and after, the good client's round-trip
-p99 before and during the attack, and how many of its requests failed.
+broker closes is reopened. Meanwhile a well-behaved client produces (acks=-1) in a loop.
+Printed: broker crashes, broker RSS before and after, the good client's round-trip p99 before
+and during the attack, and how many of its requests failed.
 
 Both parts must show zeros where zeros are due; the process exits 1 otherwise.
 """
@@ -469,7 +469,7 @@ async def attacker(port: int, frames: int, seed: int, topic_id: uuid.UUID, count
 
 
 def good_client(port: int, stop: threading.Event, lat: list[float], errors: list[int]) -> None:
-    """Produce (acks=-1) and fetch in turn, one request at a time; round trips in seconds."""
+    """Produce (acks=-1), one request at a time; round trips in seconds."""
     value = os.urandom(100)
     while not stop.is_set():
         try:

@@ -219,8 +219,8 @@ def high_watermarks(port: int, topic: str, partitions: int) -> list[int]:
     return [o for _, o in out]
 
 
-def produce(bootstrap: str, topic: str, partitions: int, n: int, batch_bytes: int) -> float:
-    """n records of 1 KiB, spread evenly over the partitions; returns seconds."""
+def produce(bootstrap: str, topic: str, partitions: int, n: int, batch_bytes: int, value_bytes: int = RECORD) -> float:
+    """n records of `value_bytes` (1 KiB), spread evenly over the partitions; returns seconds."""
     from confluent_kafka import Producer
 
     p = Producer(
@@ -229,13 +229,14 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, batch_bytes: in
             "acks": "1",
             "linger.ms": 5,
             "batch.size": batch_bytes,
+            "batch.num.messages": 1_000_000,  # small records fill batch.size, not a record count
             "queue.buffering.max.kbytes": 256 * 1024,
             "enable.idempotence": False,
             "compression.type": "none",
             **QUIET,
         }
     )
-    value = os.urandom(RECORD)
+    value = os.urandom(value_bytes)
     failed: list = []
 
     def report(err: Any, _msg: Any) -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import tempfile
 import threading
@@ -44,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import share_fetch  # noqa: E402
 from share_fetch import QUIET, create_topic, group_config  # noqa: E402
 
 from tests.brokers import BrokerProcess, RawClient  # noqa: E402
@@ -127,30 +127,7 @@ def scenarios(quick: bool) -> list[Scenario]:
 
 
 def produce(bootstrap: str, topic: str, n: int, value_bytes: int, batch_bytes: int) -> None:
-    from confluent_kafka import Producer
-
-    p = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "1",
-            "linger.ms": 20,
-            "batch.size": batch_bytes,
-            "batch.num.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 512 * 1024,
-            "enable.idempotence": False,
-            "compression.type": "none",
-            **QUIET,
-        }
-    )
-    value = os.urandom(value_bytes)
-    for _ in range(n):
-        while True:
-            try:
-                p.produce(topic, value=value, partition=0)
-                break
-            except BufferError:
-                p.poll(0.001)
-    assert p.flush(120) == 0
+    share_fetch.produce(bootstrap, topic, 1, n, batch_bytes, value_bytes)
 
 
 def members_holding(port: int, group: str) -> int:
@@ -321,8 +298,6 @@ def main() -> None:
                 secs = t.t_done - t.t0
                 rate = n / secs if t.delivered == n and secs > 0 else float("nan")
                 mode = s.acquire_mode if s.client == "ours" else f"max.poll={s.max_poll}"
-                if s.client != "ours":
-                    mode = f"max.poll={s.max_poll}"
                 ratio = f"{rate / s.ideal:9.2f}" if s.work_ms else f"{'-':>9}"
                 ideal = f"{s.ideal:8,.0f}" if s.work_ms else f"{'-':>8}"
                 missing = "" if t.delivered == n else f"  ({n - t.delivered} never delivered)"

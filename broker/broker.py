@@ -51,7 +51,7 @@ from broker.handlers import handler_table
 from broker.handlers.api_versions import body as api_versions_body
 from broker.handlers.fetch import fetch_key
 from broker.log import LogError
-from broker.log.fileops import FileOps
+from broker.log.fileops import FileOps, fsync_dir
 from broker.log.log_dir import LogDir
 from broker.log.writer import ThreadedWriter
 from broker.partition import Partition
@@ -200,7 +200,7 @@ class Broker:
             os.replace(marker, running)
             # Durably gone before any log changes: a marker that came back after a power
             # loss would make the next start skip recovering what this run wrote.
-            _fsync_dir(self.data_dir)
+            fsync_dir(self.data_dir)
         elif not fresh:
             log.info("previous run did not shut down cleanly: recovering logs")
         if not running.exists():
@@ -230,7 +230,7 @@ class Broker:
                 os.replace(running, marker)  # a rename needs no free blocks
             except FileNotFoundError:
                 marker.write_text("clean\n")
-            _fsync_dir(self.data_dir)
+            fsync_dir(self.data_dir)
         except OSError as e:
             log.warning("clean-shutdown marker not written (%s): the next start recovers the logs as after a crash", e)
 
@@ -406,11 +406,3 @@ async def _await_step(what: str, aw: object) -> None:
         await aw  # type: ignore[misc]
     except Exception:
         log.exception("shutdown: %s failed", what)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

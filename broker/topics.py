@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.log.fileops import fsync_dir
 from broker.partition import Partition
 from protocol.errors import ErrorCode, KafkaErrorResponse
 
@@ -138,7 +139,7 @@ class TopicManager:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._meta_path)
-        _fsync_dir(self.data_dir)
+        fsync_dir(self.data_dir)
 
     # -- changes -------------------------------------------------------------
     def check_create(self, name: str, num_partitions: int) -> None:
@@ -196,11 +197,3 @@ class TopicManager:
 
     def partition_dir(self, topic: Topic, index: int) -> Path:
         return self.data_dir / f"{topic.name}-{index}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

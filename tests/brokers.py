@@ -170,3 +170,23 @@ class RawClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def fetch_request(topic: str, partition: int = 0, offset: int = 0, *, max_wait_ms: int = 0, max_bytes: int = 64 << 20):
+    """A Fetch (v4+) body reading one partition from `offset`, outside any fetch session."""
+    F = api_by_name("Fetch").request_class()
+    return F(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            F.FetchTopic(
+                topic=topic,
+                partitions=[F.FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes)],
+            )
+        ],
+    )

@@ -11,30 +11,14 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from typing import Any
 
-from protocol.api import api_by_name
-from tests.brokers import RawClient
+from tests.brokers import RawClient, fetch_request
 from tests.test_broker_protocol import create
 
-F = api_by_name("Fetch").request_class()
 
-
-def fetch_body(topic: str) -> F:
-    return F(
-        replica_id=-1,
-        max_wait_ms=500,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            F.FetchTopic(
-                topic=topic,
-                partitions=[F.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)],
-            )
-        ],
-    )
+def fetch_body(topic: str) -> Any:
+    return fetch_request(topic, max_wait_ms=500, max_bytes=1 << 20)
 
 
 def test_sigterm_under_a_stream_of_long_polls_exits_promptly(broker_factory, topic_name) -> None:

@@ -289,6 +289,14 @@ async def test_bootstrap_to_nothing_fails_fast() -> None:
     assert time.monotonic() - start < 10
 
 
+def _coordinator_reply(req: Any, port: int) -> Any:
+    """FindCoordinator: group "g" is on node 7, at the scripted peer's own port."""
+    R = req.api.response_class()
+    if req.version >= 4:
+        return R(coordinators=[R.Coordinator(key="g", node_id=7, host="127.0.0.1", port=port)])
+    return R(node_id=7, host="127.0.0.1", port=port)
+
+
 async def test_coordinator_moves_are_followed() -> None:
     """NOT_COORDINATOR drops the cached coordinator; the call is retried after a new lookup."""
     answers = {"find": 0, "describe": 0}
@@ -300,12 +308,7 @@ async def test_coordinator_moves_are_followed() -> None:
             reply(_metadata_reply(peer_port))
         elif name == "FindCoordinator":
             answers["find"] += 1
-            R = req.api.response_class()
-            reply(
-                R(coordinators=[R.Coordinator(key="g", node_id=7, host="127.0.0.1", port=peer_port)])
-                if req.version >= 4
-                else R(node_id=7, host="127.0.0.1", port=peer_port)
-            )
+            reply(_coordinator_reply(req, peer_port))
         elif name == "DescribeGroups":
             answers["describe"] += 1
             R = req.api.response_class()
@@ -336,12 +339,7 @@ async def test_a_timeout_says_how_long_it_tried_and_the_last_error() -> None:
         if name == "Metadata":
             reply(_metadata_reply(peer_port))
         elif name == "FindCoordinator":
-            R = req.api.response_class()
-            reply(
-                R(coordinators=[R.Coordinator(key="g", node_id=7, host="127.0.0.1", port=peer_port)])
-                if req.version >= 4
-                else R(node_id=7, host="127.0.0.1", port=peer_port)
-            )
+            reply(_coordinator_reply(req, peer_port))
         elif name == "DescribeGroups":
             R = req.api.response_class()
             reply(R(groups=[R.DescribedGroup(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, group_id="g")]))

@@ -38,13 +38,12 @@ from client.conn import BrokerConnection
 from protocol.api import api_by_name
 from protocol.errors import ErrorCode
 from protocol.records import build_batch, iter_batches
-from tests.brokers import BrokerProcess, RawClient
+from tests.brokers import BrokerProcess, RawClient, fetch_request
 from tests.test_broker_clients import QUIET
 from tests.test_broker_protocol import create
 
 STORAGE = ErrorCode.KAFKA_STORAGE_ERROR  # 56
 PR = api_by_name("Produce").request_class()
-FR = api_by_name("Fetch").request_class()
 LO = api_by_name("ListOffsets").request_class()
 OC = api_by_name("OffsetCommit").request_class()
 T0 = 1_700_000_000_000
@@ -82,22 +81,7 @@ async def produce(conn: BrokerConnection, topic: str, partition: int, records: b
     return resp.responses[0].partition_responses[0]
 
 
-def fetch_body(topic: str, partition: int, offset: int = 0, max_wait_ms: int = 0) -> FR:
-    return FR(
-        replica_id=-1,
-        max_wait_ms=max_wait_ms,
-        min_bytes=1,
-        max_bytes=64 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            FR.FetchTopic(
-                topic=topic,
-                partitions=[FR.FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=64 << 20)],
-            )
-        ],
-    )
+fetch_body = fetch_request
 
 
 async def fetch(conn: BrokerConnection, topic: str, partition: int, offset: int = 0):

@@ -80,6 +80,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from broker.log.fileops import fsync_dir
 from broker.log.index import INT32_MAX
 from broker.log.segment import (
     DEFAULT_CHUNK_BYTES,
@@ -207,15 +208,7 @@ def write_cleaner_checkpoint(directory: str, checkpoint: CleanerCheckpoint) -> N
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(directory)
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(directory)
 
 
 # --------------------------------------------------------------------------
@@ -287,7 +280,7 @@ def finish_interrupted_cleaning(directory: str) -> list[str]:
         logs.add(base)
         notes.append(f"completed an interrupted cleaner swap: segment {base} replaced segments {doomed}")
     if notes:
-        _fsync_dir(directory)
+        fsync_dir(directory)
     return notes
 
 
@@ -619,7 +612,7 @@ class LogCleaner:
                 if suffix == LOG_SUFFIX:
                     out.committed = True
                     seg.file_suffix = SWAP_SUFFIX
-                    _fsync_dir(log.path)
+                    fsync_dir(log.path)
                 self._step(f"commit {segment_file_name(base, suffix)}")
         except BaseException:
             if not out.committed:
@@ -634,7 +627,7 @@ class LogCleaner:
             os.rename(stem + SWAP_SUFFIX, stem)
             self._step(f"final {segment_file_name(base, suffix)}")
         seg.file_suffix = ""
-        _fsync_dir(log.path)
+        fsync_dir(log.path)
         stats.segments_rewritten += len(out.sources)
         return seg.largest_timestamp if out.kept_tombstone else -1
 

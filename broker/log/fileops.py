@@ -125,6 +125,19 @@ class FileOps:
             self._check("fsync")
         os.fsync(fd)
 
+    def fsync_dir(self, path: str | os.PathLike) -> None:
+        fsync_dir(path, self.fsync)
+
+
+def fsync_dir(path: str | os.PathLike, fsync: Callable[[int], None] = os.fsync) -> None:
+    """Make a directory's entries (a create, rename or unlink in it) durable. ``FileOps`` passes
+    its own fsync (fault injection); files outside the log writer's path use the plain one."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
 
 def _check_op(op: str) -> None:
     if op not in _OPS:

@@ -777,11 +777,7 @@ class PartitionLog(LogReads):
             raise self.io_failed(e) from e
 
     def _fsync_dir(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            self.files.fsync(fd)
-        finally:
-            os.close(fd)
+        self.files.fsync_dir(self.path)
         self._dir_dirty = False
 
     def close(self) -> None:
