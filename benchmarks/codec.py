@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
+from shoal.protocol.api import api_by_name
 
-from protocol.api import api_by_name
 from tests.kio_bridge import to_kio
 
 
@@ -232,7 +232,7 @@ def main() -> None:
 
 def construct_comparison() -> None:
     """Why the hot path is generated code: construct's own parsers, same layout."""
-    from protocol import construct_codec
+    from shoal.protocol import construct_codec
 
     print("\nconstruct vs compiled codegen, decode, microseconds:")
     for label, a, _kind, version, obj in cases():

@@ -26,8 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from protocol.api import api_by_name  # noqa: E402
-from protocol.frames import decode_response, encode_request  # noqa: E402
+from shoal.protocol.api import api_by_name  # noqa: E402
+from shoal.protocol.frames import decode_response, encode_request  # noqa: E402
+
 from tests.brokers import BrokerProcess  # noqa: E402
 
 
@@ -107,7 +108,7 @@ async def rebalance_100(port: int, members: int) -> tuple[float, float]:
 async def commit_rate(port: int, consumers: int, seconds: float) -> tuple[float, float]:
     OC = api_by_name("OffsetCommit").request_class()
     P = api_by_name("Produce").request_class()
-    from protocol.records import build_batch
+    from shoal.protocol.records import build_batch
 
     conns = [await Conn.open(port) for _ in range(consumers)]
 
@@ -160,11 +161,11 @@ async def commit_rate(port: int, consumers: int, seconds: float) -> tuple[float,
 
 
 def replay_figures(records: int, keys: int) -> tuple[float, float, int, int]:
-    from broker.groups.shard import GroupSettings, GroupShard
-    from broker.log import LogConfig, PartitionLog
-    from broker.log.cleaner import LogCleaner
-    from protocol.coordinator_records import serde
-    from protocol.records import build_batch
+    from shoal.broker.groups.shard import GroupSettings, GroupShard
+    from shoal.broker.log import LogConfig, PartitionLog
+    from shoal.broker.log.cleaner import LogCleaner
+    from shoal.protocol.coordinator_records import serde
+    from shoal.protocol.records import build_batch
 
     s = serde("group")
     clock = [1_700_000_000_000]

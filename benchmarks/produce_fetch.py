@@ -342,9 +342,9 @@ def fetch_confluent(bootstrap: str, topic: str, expect_bytes: int) -> float:
 
 def codec_pump_produce(bootstrap: str, topic: str, acks: int, total: int, in_flight: int = 8) -> tuple[float, int]:
     """Pre-built ~1 MiB batches (63 x 16 KiB records), pipelined; returns (bytes/s, bytes written)."""
-    from protocol.api import api_by_name
-    from protocol.frames import encode_request
-    from protocol.records import build_batch
+    from shoal.protocol.api import api_by_name
+    from shoal.protocol.frames import encode_request
+    from shoal.protocol.records import build_batch
 
     P = api_by_name("Produce").request_class()
     batch = build_batch([(None, os.urandom(16 * 1024), [], int(time.time() * 1000)) for _ in range(63)])
@@ -364,9 +364,9 @@ def codec_pump_fetch(bootstrap: str, topic: str, total: int, fetch_bytes: int = 
     import socket as so
     import struct
 
-    from protocol.api import api_by_name
-    from protocol.frames import decode_response, encode_request
-    from protocol.records import iter_batches
+    from shoal.protocol.api import api_by_name
+    from shoal.protocol.frames import decode_response, encode_request
+    from shoal.protocol.records import iter_batches
 
     F = api_by_name("Fetch")
     Req = F.request_class()
@@ -428,8 +428,7 @@ def _pump(bootstrap: str, frames: list[bytes], in_flight: int) -> float:
     import struct
 
     import uvloop
-
-    from protocol.frames import decode_response
+    from shoal.protocol.frames import decode_response
 
     host, port = bootstrap.split(":")
     size_of = struct.Struct(">i").unpack_from
@@ -537,7 +536,7 @@ def latency(bootstrap: str, topic: str, count: int) -> tuple[float, float]:
 
 
 def timer_figures() -> tuple[float, float]:
-    from broker.timing_wheel import TimerTask, TimingWheel
+    from shoal.broker.timing_wheel import TimerTask, TimingWheel
 
     wheel = TimingWheel(0)
     tasks = [TimerTask(1 + (i * 7919) % 600_000) for i in range(1_000_000)]

@@ -74,9 +74,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from protocol.api import api_by_name  # noqa: E402
-from protocol.frames import decode_response, encode_request  # noqa: E402
-from protocol.records import iter_batches  # noqa: E402
+from shoal.protocol.api import api_by_name  # noqa: E402
+from shoal.protocol.frames import decode_response, encode_request  # noqa: E402
+from shoal.protocol.records import iter_batches  # noqa: E402
+
 from tests.brokers import BrokerProcess, RawClient  # noqa: E402
 
 MIB = 1 << 20
@@ -922,9 +923,9 @@ def in_flight_memory(n: int, per_log_batch: int, every_other_acked: bool, with_s
     WriteShareGroupState does, records replayed as the coordinator runtime does)."""
     import tracemalloc
 
-    from broker.share.share_partition import SharePartition
-    from broker.share.state import ShareStateShard
-    from protocol.coordinator_records import CoordinatorRecord, serde
+    from shoal.broker.share.share_partition import SharePartition
+    from shoal.broker.share.state import ShareStateShard
+    from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 
     ser = serde("share")
     tid = uuid.UUID(int=1)

@@ -46,8 +46,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from protocol.api import api_by_name  # noqa: E402
-from protocol.frames import decode_response, encode_request  # noqa: E402
+from shoal.protocol.api import api_by_name  # noqa: E402
+from shoal.protocol.frames import decode_response, encode_request  # noqa: E402
+
 from tests.brokers import BrokerProcess  # noqa: E402
 
 ROWS: list[tuple[str, str, str]] = []  # (figure, ours, reference) for the closing table
@@ -120,7 +121,7 @@ def moves(before: Assignment, after: Assignment) -> tuple[int, int, int]:
 
 
 def assignment_figures(runs: int) -> None:
-    from broker.share.assignor import assign
+    from shoal.broker.share.assignor import assign
 
     n_members, n_parts = 1000, 1000
     members = {f"member-{i:04d}": frozenset({"topic"}) for i in range(n_members)}
@@ -481,10 +482,10 @@ def run_heartbeats(quick: bool) -> bool:
 
 
 def replay_figures(updates: int, keys: int, per_batch: int) -> bool:
-    from broker.log import LogConfig, PartitionLog
-    from broker.share.state import ACKNOWLEDGED, ARCHIVED, AVAILABLE, UPDATE, ShareStateShard
-    from protocol.coordinator_records import CoordinatorRecord, serde
-    from protocol.records import build_batch
+    from shoal.broker.log import LogConfig, PartitionLog
+    from shoal.broker.share.state import ACKNOWLEDGED, ARCHIVED, AVAILABLE, UPDATE, ShareStateShard
+    from shoal.protocol.coordinator_records import CoordinatorRecord, serde
+    from shoal.protocol.records import build_batch
 
     s = serde("share")
     clock = [1_700_000_000_000]

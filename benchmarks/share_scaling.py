@@ -198,8 +198,7 @@ def run_librdkafka(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int
 
 def run_ours(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int) -> Tally:
     import uvloop
-
-    from client.share_consumer import AsyncShareConsumer
+    from shoal.client.share_consumer import AsyncShareConsumer
 
     tally = Tally(bytearray(n))
 

@@ -102,8 +102,7 @@ def session() -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
     from pyspark.sql import SparkSession
-
-    from client.spark import register
+    from shoal.client.spark import register
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -189,7 +188,7 @@ def _role(cmd: str, is_root: bool) -> str:
         return "JVM"
     if "python_streaming_source_runner" in cmd:
         return "source runner"
-    if "-m broker" in cmd:
+    if "-m shoal.broker" in cmd:
         return "broker"
     if "pyspark" in cmd:
         return "Python workers"
@@ -297,7 +296,7 @@ def bench_stream(
 def _wait_lag_zero(bootstrap: str, group: str, timeout: float) -> int | None:
     import asyncio
 
-    from client.admin import AsyncAdmin
+    from shoal.client.admin import AsyncAdmin
 
     async def lag() -> int | None:
         async with AsyncAdmin({"bootstrap.servers": bootstrap}) as admin:

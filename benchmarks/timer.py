@@ -33,9 +33,8 @@ from heapq import heappop, heappush
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import uvloop
-
-from broker.timer import AsyncTimer
-from broker.timing_wheel import TimerTask, TimingWheel
+from shoal.broker.timer import AsyncTimer
+from shoal.broker.timing_wheel import TimerTask, TimingWheel
 
 SPREAD_MS = 30_000
 

@@ -42,24 +42,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from broker.clock import SystemClock
-from broker.dir_lock import DirLock
-from broker.fetch_session import FetchSessionCache
-from broker.flusher import Flusher
-from broker.group_configs import GroupConfigs
-from broker.handlers import handler_table
-from broker.handlers.api_versions import body as api_versions_body
-from broker.handlers.fetch import fetch_key
-from broker.log import LogError
-from broker.log.fileops import FileOps, fsync_dir
-from broker.log.log_dir import LogDir
-from broker.log.writer import ThreadedWriter
-from broker.partition import Partition
-from broker.producer_ids import ProducerIdManager
-from broker.purgatory import Purgatory
-from broker.timer import AsyncTimer
-from broker.topics import Topic, TopicManager
-from protocol.errors import ErrorCode
+from shoal.broker.clock import SystemClock
+from shoal.broker.dir_lock import DirLock
+from shoal.broker.fetch_session import FetchSessionCache
+from shoal.broker.flusher import Flusher
+from shoal.broker.group_configs import GroupConfigs
+from shoal.broker.handlers import handler_table
+from shoal.broker.handlers.api_versions import body as api_versions_body
+from shoal.broker.handlers.fetch import fetch_key
+from shoal.broker.log import LogError
+from shoal.broker.log.fileops import FileOps, fsync_dir
+from shoal.broker.log.log_dir import LogDir
+from shoal.broker.log.writer import ThreadedWriter
+from shoal.broker.partition import Partition
+from shoal.broker.producer_ids import ProducerIdManager
+from shoal.broker.purgatory import Purgatory
+from shoal.broker.timer import AsyncTimer
+from shoal.broker.topics import Topic, TopicManager
+from shoal.protocol.errors import ErrorCode
 
 log = logging.getLogger("shoal.broker")
 
@@ -111,7 +111,7 @@ class Broker:
             raise
 
     async def _start(self) -> None:
-        from broker.server import Server
+        from shoal.broker.server import Server
 
         fresh = not (self.data_dir / "meta.properties").exists()
         self.cluster_id = self._load_meta()
@@ -126,16 +126,16 @@ class Broker:
         self.topics.load(self.clean_start)
         self.group_configs = GroupConfigs(self.data_dir, self.config)
         self.group_configs.load()
-        from broker.groups.coordinator import GroupCoordinator
+        from shoal.broker.groups.coordinator import GroupCoordinator
 
         self.groups = GroupCoordinator(self)
         self.groups.start()
         if self.config.share_groups_enabled:
-            from broker.share.coordinator import ShareCoordinator
+            from shoal.broker.share.coordinator import ShareCoordinator
 
             self.share_coordinator = ShareCoordinator(self)
             self.share_coordinator.start()
-        from broker.share.partition_manager import SharePartitionManager
+        from shoal.broker.share.partition_manager import SharePartitionManager
 
         self.share_partitions = SharePartitionManager(self)
         self.server = Server(self)
@@ -356,7 +356,7 @@ class Broker:
         Runs on the event loop between requests: a pass rewrites sealed
         segments only, and the internal topics it matters for are small.
         """
-        from broker.log.cleaner import CleaningAborted, LogCleaner
+        from shoal.broker.log.cleaner import CleaningAborted, LogCleaner
 
         cleaner = LogCleaner()
         while True:

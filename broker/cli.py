@@ -14,8 +14,8 @@ import logging
 import signal
 import sys
 
-from broker.config import BrokerConfig, ConfigError, parse_properties
-from broker.dir_lock import DataDirLocked
+from shoal.broker.config import BrokerConfig, ConfigError, parse_properties
+from shoal.broker.dir_lock import DataDirLocked
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,7 +54,7 @@ def setup_logging(level: str) -> None:
 
 
 async def run(config: BrokerConfig) -> int:
-    from broker.broker import Broker
+    from shoal.broker.broker import Broker
 
     broker = Broker(config)
     loop = asyncio.get_running_loop()

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
-from broker.configdefs import (
+from shoal.broker.configdefs import (
     BROKER_CONFIGS,
     BROKER_LESS_THAN,
     GROUP_CONFIGS,

@@ -35,12 +35,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from broker.buffers import FramePool
-from protocol.exceptions import ProtocolError
-from protocol.frames import UnsupportedRequest, decode_request, encode_response
+from shoal.broker.buffers import FramePool
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.frames import UnsupportedRequest, decode_request, encode_response
 
 if TYPE_CHECKING:
-    from broker.server import Server
+    from shoal.broker.server import Server
 
 log = logging.getLogger("shoal.connection")
 

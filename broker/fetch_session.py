@@ -51,7 +51,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from protocol.errors import ErrorCode
+from shoal.protocol.errors import ErrorCode
 
 __all__ = [
     "DEFAULT_EVICTION_MS",

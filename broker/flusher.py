@@ -20,8 +20,8 @@ import errno
 import logging
 from typing import Any, Protocol
 
-from broker.log.fileops import FileOps
-from broker.log.segment import LogFailed
+from shoal.broker.log.fileops import FileOps
+from shoal.broker.log.segment import LogFailed
 
 __all__ = ["Flushable", "Flusher"]
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from broker.config import (
+from shoal.broker.config import (
     GROUP_CONFIGS,
     BrokerConfig,
     ConfigEntry,
@@ -44,7 +44,7 @@ from broker.config import (
     resolve_group_configs,
     validate_group_configs,
 )
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 __all__ = ["FILE_NAME", "OP_APPEND", "OP_DELETE", "OP_SET", "OP_SUBTRACT", "GroupConfigs"]
 

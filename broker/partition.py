@@ -37,15 +37,15 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from broker.config import resolve_topic_configs
-from broker.log import LogConfig, LogError, LogFailed, OffsetOutOfRange, PartitionLog
-from broker.producer_state import APPEND, CorruptSnapshotError, Duplicate, ProducerStateManager, Reject
-from protocol.errors import ErrorCode, KafkaErrorResponse
-from protocol.exceptions import ProtocolError
-from protocol.records import BatchHeader, TimestampType, iter_batches, set_partition_leader_epoch
+from shoal.broker.config import resolve_topic_configs
+from shoal.broker.log import LogConfig, LogError, LogFailed, OffsetOutOfRange, PartitionLog
+from shoal.broker.producer_state import APPEND, CorruptSnapshotError, Duplicate, ProducerStateManager, Reject
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.records import BatchHeader, TimestampType, iter_batches, set_partition_leader_epoch
 
 if TYPE_CHECKING:
-    from broker.topics import Topic
+    from shoal.broker.topics import Topic
 
 log = logging.getLogger("shoal.partition")
 

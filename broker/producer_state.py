@@ -50,8 +50,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 import crc32c as _crc32c_module
-
-from protocol.errors import ErrorCode
+from shoal.protocol.errors import ErrorCode
 
 __all__ = [
     "APPEND",

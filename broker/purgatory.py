@@ -44,7 +44,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable
 from typing import Protocol
 
-from broker.timing_wheel import TimerTask
+from shoal.broker.timing_wheel import TimerTask
 
 __all__ = ["DelayedOperation", "Purgatory", "Scheduler"]
 

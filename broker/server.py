@@ -13,12 +13,12 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from broker.buffers import FramePool
-from broker.configdefs import parse_ip_overrides
-from broker.connection import Connection
+from shoal.broker.buffers import FramePool
+from shoal.broker.configdefs import parse_ip_overrides
+from shoal.broker.connection import Connection
 
 if TYPE_CHECKING:
-    from broker.broker import Broker
+    from shoal.broker.broker import Broker
 
 log = logging.getLogger("shoal.server")
 QUIET_MS = 1000  # a connection this quiet gives back the staging pages of its last burst

@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from broker.timing_wheel import WHEEL_SIZE, Timer, TimerTask
+from shoal.broker.timing_wheel import WHEEL_SIZE, Timer, TimerTask
 
 __all__ = ["AsyncTimer", "monotonic_ms"]
 

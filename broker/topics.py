@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.log.fileops import fsync_dir
-from broker.partition import Partition
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.log.fileops import fsync_dir
+from shoal.broker.partition import Partition
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 log = logging.getLogger("shoal.topics")
 

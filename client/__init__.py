@@ -1,6 +1,6 @@
 """Shoal's bundled asyncio Kafka client, on the project's own codec.
 
-    from client import AsyncProducer, AsyncConsumer, AsyncShareConsumer, AsyncAdmin
+    from shoal.client import AsyncProducer, AsyncConsumer, AsyncShareConsumer, AsyncAdmin
 
 Every client is an async context manager (``async with AsyncProducer(...) as p``)
 and takes settings by Kafka's names, as a mapping, as keyword arguments with
@@ -17,19 +17,19 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "AsyncProducer": "client.producer",
-    "RecordMetadata": "client.producer",
-    "AsyncConsumer": "client.consumer",
-    "ConsumerRebalanceListener": "client.consumer",
-    "OffsetAndMetadata": "client.consumer",
-    "OffsetAndTimestamp": "client.consumer",
-    "AsyncShareConsumer": "client.share_consumer",
-    "AcknowledgeType": "client.share_consumer",
-    "AsyncAdmin": "client.admin",
-    "ConsumerRecord": "client.records",
-    "TopicPartition": "client.cluster",
-    "ConfigError": "client.errors",
-    "KafkaClientError": "client.errors",
+    "AsyncProducer": "shoal.client.producer",
+    "RecordMetadata": "shoal.client.producer",
+    "AsyncConsumer": "shoal.client.consumer",
+    "ConsumerRebalanceListener": "shoal.client.consumer",
+    "OffsetAndMetadata": "shoal.client.consumer",
+    "OffsetAndTimestamp": "shoal.client.consumer",
+    "AsyncShareConsumer": "shoal.client.share_consumer",
+    "AcknowledgeType": "shoal.client.share_consumer",
+    "AsyncAdmin": "shoal.client.admin",
+    "ConsumerRecord": "shoal.client.records",
+    "TopicPartition": "shoal.client.cluster",
+    "ConfigError": "shoal.client.errors",
+    "KafkaClientError": "shoal.client.errors",
 }
 
 __all__ = sorted(_EXPORTS)

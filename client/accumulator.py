@@ -51,8 +51,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.errors import BrokerResponseError, KafkaTimeoutError
-from protocol.errors import ErrorCode, error_for
+from shoal.client.errors import BrokerResponseError, KafkaTimeoutError
+from shoal.protocol.errors import ErrorCode, error_for
 
 __all__ = [
     "BATCH_OVERHEAD",

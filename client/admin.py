@@ -46,9 +46,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from client import admin_group_protocol as G
-from client import admin_protocol as P
-from client.admin_types import (
+from shoal.client import admin_group_protocol as G
+from shoal.client import admin_protocol as P
+from shoal.client.admin_types import (
     AlterConfigOp,
     ClusterDescription,
     ConfigEntry,
@@ -65,11 +65,11 @@ from client.admin_types import (
     TopicDescription,
     TopicListing,
 )
-from client.cluster import TopicPartition
-from client.config import build_config
-from client.core import Backoff, ClientCore
-from client.errors import BrokerResponseError, KafkaConnectionError, KafkaTimeoutError
-from protocol.errors import ErrorCode
+from shoal.client.cluster import TopicPartition
+from shoal.client.config import build_config
+from shoal.client.core import Backoff, ClientCore
+from shoal.client.errors import BrokerResponseError, KafkaConnectionError, KafkaTimeoutError
+from shoal.protocol.errors import ErrorCode
 
 __all__ = [
     "AlterConfigOp",

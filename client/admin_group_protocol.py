@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from client.admin_protocol import Builder, _req, entity_error
-from client.admin_types import (
+from shoal.client.admin_protocol import Builder, _req, entity_error
+from shoal.client.admin_types import (
     ConsumerGroupDescription,
     GroupListing,
     MemberDescription,
@@ -25,11 +25,11 @@ from client.admin_types import (
     ShareMemberDescription,
     SharePartitionOffsetInfo,
 )
-from client.cluster import TopicPartition
-from client.errors import BrokerResponseError, UnsupportedVersionError
-from protocol.coordinator_records import decode_versioned
-from protocol.errors import ErrorCode
-from protocol.exceptions import ProtocolError
+from shoal.client.cluster import TopicPartition
+from shoal.client.errors import BrokerResponseError, UnsupportedVersionError
+from shoal.protocol.coordinator_records import decode_versioned
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.exceptions import ProtocolError
 
 AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)
 

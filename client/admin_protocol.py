@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from client.admin_types import (
+from shoal.client.admin_types import (
     AlterConfigOp,
     ClusterDescription,
     ConfigEntry,
@@ -45,11 +45,11 @@ from client.admin_types import (
     TopicDescription,
     TopicListing,
 )
-from client.cluster import BrokerInfo, TopicPartition
-from client.errors import BrokerResponseError, UnsupportedVersionError
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, error_for
-from protocol.messages import ZERO_UUID
+from shoal.client.cluster import BrokerInfo, TopicPartition
+from shoal.client.errors import BrokerResponseError, UnsupportedVersionError
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, error_for
+from shoal.protocol.messages import ZERO_UUID
 
 __all__ = ["EntityBatch", "entity_error"]
 

@@ -14,7 +14,7 @@ import enum
 import uuid
 from dataclasses import dataclass, field
 
-from client.cluster import BrokerInfo, TopicPartition
+from shoal.client.cluster import BrokerInfo, TopicPartition
 
 __all__ = [
     "AlterConfigOp",

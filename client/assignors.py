@@ -28,12 +28,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from client.cluster import TopicPartition
-from client.java_order import java_string_key
-from client.sticky_assignor import encode_user_data, sticky_assign
-from protocol.api import codec
-from protocol.coordinator_records import decode_versioned, encode_versioned
-from protocol.exceptions import ProtocolError
+from shoal.client.cluster import TopicPartition
+from shoal.client.java_order import java_string_key
+from shoal.client.sticky_assignor import encode_user_data, sticky_assign
+from shoal.protocol.api import codec
+from shoal.protocol.coordinator_records import decode_versioned, encode_versioned
+from shoal.protocol.exceptions import ProtocolError
 
 __all__ = [
     "ASSIGNORS",

@@ -23,9 +23,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from client.cli_support import UsageError, parse_key_values, parse_properties
-from client.errors import ConfigError, KafkaClientError
-from protocol.errors import KafkaErrorResponse
+from shoal.client.cli_support import UsageError, parse_key_values, parse_properties
+from shoal.client.errors import ConfigError, KafkaClientError
+from shoal.protocol.errors import KafkaErrorResponse
 
 __all__ = ["build_parser", "main"]
 
@@ -248,11 +248,11 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 def _handler(args: argparse.Namespace) -> Any:
     if args.area in _DATA_VERBS:
         try:
-            from client import cli_data
+            from shoal.client import cli_data
         except ImportError as e:  # a build without the producer/consumers
             raise KafkaClientError(f"{args.area} is not available: {e}") from None
         return cli_data.VERBS[args.area]
-    from client import cli_admin
+    from shoal.client import cli_admin
 
     return cli_admin.VERBS[(args.area, args.verb)]
 

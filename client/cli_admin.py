@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from client.admin import AsyncAdmin
-from client.admin_types import (
+from shoal.client.admin import AsyncAdmin
+from shoal.client.admin_types import (
     AlterConfigOp,
     ConfigResource,
     ConfigSource,
@@ -27,7 +27,7 @@ from client.admin_types import (
     ShareGroupDescription,
     TopicDescription,
 )
-from client.cli_support import (
+from shoal.client.cli_support import (
     UsageError,
     format_table,
     parse_datetime_ms,
@@ -35,9 +35,9 @@ from client.cli_support import (
     parse_topic_partitions,
     plan_reset,
 )
-from client.cluster import TopicPartition
-from client.errors import BrokerResponseError
-from protocol.errors import ErrorCode
+from shoal.client.cluster import TopicPartition
+from shoal.client.errors import BrokerResponseError
+from shoal.protocol.errors import ErrorCode
 
 __all__ = ["VERBS"]
 

@@ -37,9 +37,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from client.cli_support import Progress, UsageError, parse_key_values
-from client.cluster import TopicPartition
-from client.errors import KafkaClientError
+from shoal.client.cli_support import Progress, UsageError, parse_key_values
+from shoal.client.cluster import TopicPartition
+from shoal.client.errors import KafkaClientError
 
 __all__ = ["VERBS"]
 
@@ -152,7 +152,7 @@ async def produce(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     if args.key_separator == "":
         raise UsageError("--key-separator must not be empty")
     sep = args.key_separator.encode() if args.key_separator is not None else None
-    from client.producer import AsyncProducer
+    from shoal.client.producer import AsyncProducer
 
     failed = 0
     first: BaseException | None = None
@@ -212,7 +212,7 @@ async def consume(args: argparse.Namespace, settings: dict[str, Any]) -> int:
                 raise UsageError(f"--offset expects a number, 'earliest' or 'latest', got {args.offset!r}") from None
             if offset < 0:
                 raise UsageError("--offset must not be negative")
-    from client.consumer import AsyncConsumer
+    from shoal.client.consumer import AsyncConsumer
 
     cfg = dict(settings)
     cfg.setdefault("auto.offset.reset", reset)
@@ -281,8 +281,8 @@ def _poll_wait_ms(timeout_ms: int | None, idle_since: float) -> int | None:
 
 
 def _admin(settings: dict[str, Any]) -> Any:
-    from client.admin import AsyncAdmin
-    from client.config import describe
+    from shoal.client.admin import AsyncAdmin
+    from shoal.client.config import describe
 
     admin_keys = {name for name, *_ in describe("admin")}
     return AsyncAdmin({k: v for k, v in settings.items() if k in admin_keys})
@@ -291,7 +291,7 @@ def _admin(settings: dict[str, Any]) -> Any:
 async def _all_partitions(topic: str, settings: dict[str, Any]) -> list[TopicPartition]:
     """Every partition of ``topic``; an unknown topic fails every verb the same way, at once
     (a group or a share group would otherwise wait for it in silence)."""
-    from client.errors import BrokerResponseError
+    from shoal.client.errors import BrokerResponseError
 
     async with _admin(settings) as admin:
         d = (await admin.describe_topics([topic]))[topic]
@@ -308,7 +308,7 @@ async def _all_partitions(topic: str, settings: dict[str, Any]) -> list[TopicPar
 async def _share_from_beginning(group: str, settings: dict[str, Any]) -> None:
     """share.auto.offset.reset=earliest on the group (it only matters while the group has no
     offsets for a partition: a group that already consumed keeps its place, as in Kafka)."""
-    from client.admin_types import AlterConfigOp, ConfigResource
+    from shoal.client.admin_types import AlterConfigOp, ConfigResource
 
     res = ConfigResource.group(group)
     async with _admin(settings) as admin:
@@ -331,7 +331,7 @@ def _pattern(text: str | None, option: str) -> re.Pattern[str] | None:
 async def share_consume(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     release = _pattern(args.release, "--release")
     reject = _pattern(args.reject, "--reject")
-    from client.share_consumer import AcknowledgeType, AsyncShareConsumer
+    from shoal.client.share_consumer import AcknowledgeType, AsyncShareConsumer
 
     if args.format:
         check_format(args.format)

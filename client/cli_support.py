@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from client.cluster import TopicPartition
+from shoal.client.cluster import TopicPartition
 
 __all__ = [
     "Progress",

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from protocol.messages import ZERO_UUID
+from shoal.protocol.messages import ZERO_UUID
 
 __all__ = ["BrokerInfo", "ClusterMetadata", "PartitionInfo", "TopicInfo", "TopicPartition"]
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from client.errors import ConfigError
+from shoal.client.errors import ConfigError
 
 __all__ = [
     "ADMIN_OPTIONS",

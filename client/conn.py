@@ -32,11 +32,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from client.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
-from protocol.api import Api, api, api_by_name
-from protocol.errors import ErrorCode
-from protocol.exceptions import ProtocolError
-from protocol.frames import decode_response, encode_request
+from shoal.client.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from shoal.protocol.api import Api, api, api_by_name
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.frames import decode_response, encode_request
 
 __all__ = ["SOFTWARE_NAME", "SOFTWARE_VERSION", "BrokerConnection", "resolve_api"]
 

@@ -33,15 +33,15 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from client.cluster import TopicPartition
-from client.config import build_config
-from client.core import ClientCore
-from client.errors import ClientClosedError, IllegalStateError, KafkaConnectionError
-from client.fetcher import EARLIEST, LATEST, Fetcher, list_offsets
-from client.group_coordinator import ConsumerRebalanceListener, GroupCoordinator
-from client.group_offsets import GroupOffsets, OffsetAndMetadata
-from client.records import ConsumerRecord
-from client.subscription_state import SubscriptionState, SubscriptionType
+from shoal.client.cluster import TopicPartition
+from shoal.client.config import build_config
+from shoal.client.core import ClientCore
+from shoal.client.errors import ClientClosedError, IllegalStateError, KafkaConnectionError
+from shoal.client.fetcher import EARLIEST, LATEST, Fetcher, list_offsets
+from shoal.client.group_coordinator import ConsumerRebalanceListener, GroupCoordinator
+from shoal.client.group_offsets import GroupOffsets, OffsetAndMetadata
+from shoal.client.records import ConsumerRecord
+from shoal.client.subscription_state import SubscriptionState, SubscriptionType
 
 __all__ = ["AsyncConsumer", "ConsumerRebalanceListener", "OffsetAndMetadata", "OffsetAndTimestamp"]
 

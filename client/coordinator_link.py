@@ -19,10 +19,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from client.config import Config
-from client.conn import BrokerConnection
-from client.core import ClientCore, CoordinatorType
-from client.errors import KafkaClientError, KafkaConnectionError, KafkaTimeoutError
+from shoal.client.config import Config
+from shoal.client.conn import BrokerConnection
+from shoal.client.core import ClientCore, CoordinatorType
+from shoal.client.errors import KafkaClientError, KafkaConnectionError, KafkaTimeoutError
 
 __all__ = ["CoordinatorLink"]
 

@@ -31,18 +31,18 @@ import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
-from client.cluster import BrokerInfo, ClusterMetadata, TopicPartition
-from client.config import Config
-from client.conn import BrokerConnection
-from client.errors import (
+from shoal.client.cluster import BrokerInfo, ClusterMetadata, TopicPartition
+from shoal.client.config import Config
+from shoal.client.conn import BrokerConnection
+from shoal.client.errors import (
     BrokerResponseError,
     ClientClosedError,
     KafkaClientError,
     KafkaConnectionError,
     KafkaTimeoutError,
 )
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 __all__ = ["Backoff", "ClientCore", "CoordinatorType", "is_retriable"]
 

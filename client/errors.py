@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from protocol.errors import KafkaError, KafkaErrorResponse, error_for
+from shoal.protocol.errors import KafkaError, KafkaErrorResponse, error_for
 
 __all__ = [
     "BrokerResponseError",

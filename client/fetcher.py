@@ -38,10 +38,10 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from client.cluster import TopicPartition
-from client.config import Config
-from client.core import Backoff, ClientCore, metadata_stale
-from client.errors import (
+from shoal.client.cluster import TopicPartition
+from shoal.client.config import Config
+from shoal.client.core import Backoff, ClientCore, metadata_stale
+from shoal.client.errors import (
     BrokerResponseError,
     KafkaClientError,
     KafkaTimeoutError,
@@ -49,13 +49,13 @@ from client.errors import (
     OffsetOutOfRangeError,
     RecordDeserializationError,
 )
-from client.records import ConsumerRecord, decode_record_set_for
-from client.subscription_state import SubscriptionState
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, error_for
-from protocol.exceptions import ProtocolError
-from protocol.messages import ZERO_UUID
-from protocol.records import iter_batches
+from shoal.client.records import ConsumerRecord, decode_record_set_for
+from shoal.client.subscription_state import SubscriptionState
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, error_for
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.messages import ZERO_UUID
+from shoal.protocol.records import iter_batches
 
 __all__ = ["EARLIEST", "LATEST", "CompletedFetch", "Fetcher", "list_offsets", "next_fetch_offset"]
 

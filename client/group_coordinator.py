@@ -34,7 +34,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from client.assignors import (
+from shoal.client.assignors import (
     MemberSubscription,
     decode_assignment,
     decode_subscription,
@@ -42,17 +42,17 @@ from client.assignors import (
     encode_subscription,
     make_assignors,
 )
-from client.cluster import TopicPartition
-from client.config import Config
-from client.coordinator_link import CoordinatorLink
-from client.core import Backoff, ClientCore, is_retriable
-from client.errors import BrokerResponseError, ClientClosedError, IllegalStateError, KafkaClientError
-from client.group_membership import GroupMembership, MemberState, Next
-from client.group_offsets import GroupOffsets, OffsetAndMetadata
-from client.subscription_state import SubscriptionState
-from protocol.api import api_by_name
-from protocol.errors import error_for
-from protocol.exceptions import ProtocolError
+from shoal.client.cluster import TopicPartition
+from shoal.client.config import Config
+from shoal.client.coordinator_link import CoordinatorLink
+from shoal.client.core import Backoff, ClientCore, is_retriable
+from shoal.client.errors import BrokerResponseError, ClientClosedError, IllegalStateError, KafkaClientError
+from shoal.client.group_membership import GroupMembership, MemberState, Next
+from shoal.client.group_offsets import GroupOffsets, OffsetAndMetadata
+from shoal.client.subscription_state import SubscriptionState
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import error_for
+from shoal.protocol.exceptions import ProtocolError
 
 __all__ = ["ConsumerRebalanceListener", "GroupCoordinator", "OffsetAndMetadata"]
 

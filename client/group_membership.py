@@ -30,7 +30,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from protocol.errors import ErrorCode, error_for
+from shoal.protocol.errors import ErrorCode, error_for
 
 __all__ = ["NO_GENERATION", "Generation", "GroupMembership", "MemberState", "Next"]
 

@@ -20,11 +20,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from client.cluster import TopicPartition
-from client.config import Config
-from client.coordinator_link import CoordinatorLink
-from client.core import Backoff, ClientCore
-from client.errors import (
+from shoal.client.cluster import TopicPartition
+from shoal.client.config import Config
+from shoal.client.coordinator_link import CoordinatorLink
+from shoal.client.core import Backoff, ClientCore
+from shoal.client.errors import (
     BrokerResponseError,
     CommitFailedError,
     KafkaClientError,
@@ -32,10 +32,10 @@ from client.errors import (
     KafkaTimeoutError,
     RebalanceInProgressError,
 )
-from client.group_membership import Generation, GroupMembership, MemberState
-from client.subscription_state import SubscriptionState
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, error_for
+from shoal.client.group_membership import Generation, GroupMembership, MemberState
+from shoal.client.subscription_state import SubscriptionState
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, error_for
 
 __all__ = ["GroupOffsets", "OffsetAndMetadata"]
 

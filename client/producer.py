@@ -43,31 +43,31 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from client.accumulator import (
+from shoal.client.accumulator import (
     BATCH_OVERHEAD,
     RECORD_OVERHEAD,
     Outcome,
     ProducerBatch,
     RecordAccumulator,
 )
-from client.cluster import TopicInfo
-from client.config import build_config
-from client.conn import BrokerConnection
-from client.core import ClientCore, metadata_stale
-from client.errors import (
+from shoal.client.cluster import TopicInfo
+from shoal.client.config import build_config
+from shoal.client.conn import BrokerConnection
+from shoal.client.core import ClientCore, metadata_stale
+from shoal.client.errors import (
     BrokerResponseError,
     ClientClosedError,
     KafkaClientError,
     KafkaConnectionError,
     KafkaTimeoutError,
 )
-from client.partitioner import Partitioner, murmur2
-from client.record_future import RecordFuture, RecordMetadata, failed_future, wake_listeners
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode
-from protocol.exceptions import ProtocolError
-from protocol.messages import ZERO_UUID
-from protocol.records import Compression, build_batch
+from shoal.client.partitioner import Partitioner, murmur2
+from shoal.client.record_future import RecordFuture, RecordMetadata, failed_future, wake_listeners
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.messages import ZERO_UUID
+from shoal.protocol.records import Compression, build_batch
 
 __all__ = ["AsyncProducer", "ProducerStats", "RecordFuture", "RecordMetadata"]
 

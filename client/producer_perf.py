@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from client.producer import AsyncProducer
+from shoal.client.producer import AsyncProducer
 
 __all__ = ["ProduceRun", "produce_aiokafka", "produce_ours"]
 

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from client.accumulator import ProducerBatch
-from protocol.records import TimestampType
+from shoal.client.accumulator import ProducerBatch
+from shoal.protocol.records import TimestampType
 
 __all__ = ["RecordFuture", "RecordMetadata", "failed_future", "wake_listeners"]
 

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.exceptions import ProtocolError
-from protocol.records import Record, decode_record_set, iter_batches
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.records import Record, decode_record_set, iter_batches
 
 __all__ = ["ConsumerRecord", "RecordBatchView", "decode_record_set_for", "iter_record_batches"]
 

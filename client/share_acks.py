@@ -52,9 +52,9 @@ from enum import IntEnum
 from operator import attrgetter, sub
 from typing import Any
 
-from client.cluster import TopicPartition
-from client.errors import IllegalStateError
-from client.records import ConsumerRecord
+from shoal.client.cluster import TopicPartition
+from shoal.client.errors import IllegalStateError
+from shoal.client.records import ConsumerRecord
 
 __all__ = ["AckBatch", "AckTracker", "AcknowledgeType", "PartitionAcks", "ack_batches"]
 

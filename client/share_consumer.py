@@ -56,10 +56,10 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from client.cluster import TopicPartition
-from client.config import build_config
-from client.core import ClientCore
-from client.errors import (
+from shoal.client.cluster import TopicPartition
+from shoal.client.config import build_config
+from shoal.client.core import ClientCore
+from shoal.client.errors import (
     BrokerResponseError,
     ClientClosedError,
     ConfigError,
@@ -68,12 +68,12 @@ from client.errors import (
     KafkaTimeoutError,
     UnsupportedVersionError,
 )
-from client.records import ConsumerRecord
-from client.share_acks import AcknowledgeType, AckTracker
-from client.share_fetcher import AcknowledgementCommitCallback, ShareFetcher
-from client.share_membership import MemberState, ShareMembership, new_member_id
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.client.records import ConsumerRecord
+from shoal.client.share_acks import AcknowledgeType, AckTracker
+from shoal.client.share_fetcher import AcknowledgementCommitCallback, ShareFetcher
+from shoal.client.share_membership import MemberState, ShareMembership, new_member_id
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 __all__ = ["AcknowledgeType", "AcknowledgementCommitCallback", "AsyncShareConsumer"]
 

@@ -45,11 +45,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from client.cluster import TopicPartition
-from client.config import Config
-from client.conn import BrokerConnection
-from client.core import ClientCore, metadata_stale
-from client.errors import (
+from shoal.client.cluster import TopicPartition
+from shoal.client.config import Config
+from shoal.client.conn import BrokerConnection
+from shoal.client.core import ClientCore, metadata_stale
+from shoal.client.errors import (
     BrokerResponseError,
     ClientClosedError,
     KafkaClientError,
@@ -57,8 +57,8 @@ from client.errors import (
     RecordDeserializationError,
     UnsupportedVersionError,
 )
-from client.share_acks import AcknowledgeType, AckTracker, PartitionAcks
-from client.share_session import (
+from shoal.client.share_acks import AcknowledgeType, AckTracker, PartitionAcks
+from shoal.client.share_session import (
     SESSION_ERRORS,
     AckRequestPlan,
     FetchPlan,
@@ -69,8 +69,8 @@ from client.share_session import (
     share_acknowledge_body,
     share_fetch_body,
 )
-from protocol.errors import ErrorCode, KafkaErrorResponse
-from protocol.exceptions import ProtocolError
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.exceptions import ProtocolError
 
 __all__ = ["AcknowledgementCommitCallback", "ShareFetcher"]
 

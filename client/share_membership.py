@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from protocol.errors import ErrorCode
+from shoal.protocol.errors import ErrorCode
 
 __all__ = ["HeartbeatRequest", "MemberState", "ShareMembership", "new_member_id"]
 

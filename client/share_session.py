@@ -36,13 +36,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.cluster import TopicPartition
-from client.records import ConsumerRecord
-from client.share_acks import PartitionAcks
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode
-from protocol.exceptions import ProtocolError
-from protocol.records import iter_batches
+from shoal.client.cluster import TopicPartition
+from shoal.client.records import ConsumerRecord
+from shoal.client.share_acks import PartitionAcks
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.records import iter_batches
 
 __all__ = [
     "FINAL_EPOCH",

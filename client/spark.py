@@ -1,6 +1,6 @@
 """The ``shoal`` PySpark data source: batch reads of offset ranges, streams of a share group.
 
-    from client.spark import register
+    from shoal.client.spark import register
     register(spark)                       # once per SparkSession
     df = (spark.read.format("shoal")
           .option("kafka.bootstrap.servers", "localhost:9092")
@@ -51,9 +51,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
-
-from client.spark_options import SourceOptions, parse_source_options
-from client.spark_rows import source_schema
+from shoal.client.spark_options import SourceOptions, parse_source_options
+from shoal.client.spark_rows import source_schema
 
 __all__ = ["ShoalDataSource", "register"]
 
@@ -73,13 +72,13 @@ class ShoalDataSource(DataSource):
         return source_schema(self.parsed.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from client.spark_batch import ShoalBatchReader
+        from shoal.client.spark_batch import ShoalBatchReader
 
         _check_schema(schema, self.parsed.include_headers)
         return ShoalBatchReader(self.parsed, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from client.spark_stream import ShoalStreamReader
+        from shoal.client.spark_stream import ShoalStreamReader
 
         _check_schema(schema, self.parsed.include_headers)
         return ShoalStreamReader(self.parsed, schema)

@@ -40,23 +40,22 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
-
-from client.cluster import TopicPartition
-from client.config import Config
-from client.core import ClientCore, metadata_stale
-from client.errors import BrokerResponseError, ConfigError, KafkaClientError, KafkaTimeoutError
-from client.records import decode_record_set_for
-from client.spark_offsets import (
+from shoal.client.cluster import TopicPartition
+from shoal.client.config import Config
+from shoal.client.core import ClientCore, metadata_stale
+from shoal.client.errors import BrokerResponseError, ConfigError, KafkaClientError, KafkaTimeoutError
+from shoal.client.records import decode_record_set_for
+from shoal.client.spark_offsets import (
     OffsetRange,
     check_known_partitions,
     resolve_ranges,
     split_ranges,
     timestamps_to_look_up,
 )
-from client.spark_options import EARLIEST, LATEST, SourceOptions
-from client.spark_rows import RowColumns, arrow_schema
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode
+from shoal.client.spark_options import EARLIEST, LATEST, SourceOptions
+from shoal.client.spark_rows import RowColumns, arrow_schema
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
 
 __all__ = ["DataLossError", "RangePartition", "ShoalBatchReader", "list_offsets", "plan_ranges", "read_range"]
 

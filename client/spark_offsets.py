@@ -19,9 +19,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from client.cluster import TopicPartition
-from client.errors import ConfigError
-from client.spark_options import EARLIEST, LATEST, OffsetSpec
+from shoal.client.cluster import TopicPartition
+from shoal.client.errors import ConfigError
+from shoal.client.spark_options import EARLIEST, LATEST, OffsetSpec
 
 __all__ = ["OffsetRange", "check_known_partitions", "resolve_ranges", "split_ranges", "timestamps_to_look_up"]
 

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from client.config import CONSUMER_OPTIONS, SHARE_CONSUMER_OPTIONS, Config, build_config, parse_bootstrap
-from client.errors import ConfigError
+from shoal.client.config import CONSUMER_OPTIONS, SHARE_CONSUMER_OPTIONS, Config, build_config, parse_bootstrap
+from shoal.client.errors import ConfigError
 
 __all__ = [
     "BATCH_ONLY",

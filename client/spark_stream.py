@@ -94,12 +94,11 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
-
-from client.config import ADMIN_OPTIONS, Config
-from client.errors import IllegalStateError
-from client.spark_ledger import BatchLedger, key_of, make_offset, parse_offset
-from client.spark_options import SourceOptions
-from client.spark_rows import RowColumns, arrow_schema, from_ipc, to_ipc
+from shoal.client.config import ADMIN_OPTIONS, Config
+from shoal.client.errors import IllegalStateError
+from shoal.client.spark_ledger import BatchLedger, key_of, make_offset, parse_offset
+from shoal.client.spark_options import SourceOptions
+from shoal.client.spark_rows import RowColumns, arrow_schema, from_ipc, to_ipc
 
 __all__ = ["RecordsPartition", "ShareRunner", "ShoalStreamReader"]
 
@@ -158,7 +157,7 @@ class ShareRunner:
         _install_sigterm_handler()
 
     async def _start(self) -> None:
-        from client.share_consumer import AsyncShareConsumer
+        from shoal.client.share_consumer import AsyncShareConsumer
 
         self._lock = asyncio.Lock()
         if self.options.starting is not None:
@@ -172,8 +171,8 @@ class ShareRunner:
             self._renew_task = asyncio.get_running_loop().create_task(self._renew_loop())
 
     async def _set_auto_offset_reset(self, where: str) -> None:
-        from client.admin import AsyncAdmin
-        from client.admin_types import AlterConfigOp, ConfigResource
+        from shoal.client.admin import AsyncAdmin
+        from shoal.client.admin_types import AlterConfigOp, ConfigResource
 
         common = {o.name for o in ADMIN_OPTIONS}
         settings = {k: v for k, v in self.config.items() if k in common}
@@ -257,7 +256,7 @@ class ShareRunner:
         return {bid: self.ledger.batch(bid) or [] for bid in self.ledger.batches_between(after, upto)}
 
     def _accept(self, records: list[Any]) -> int:
-        from client.share_consumer import AcknowledgeType
+        from shoal.client.share_consumer import AcknowledgeType
 
         n = 0
         for r in records:
@@ -301,7 +300,7 @@ class ShareRunner:
                 log.warning("shoal stream: lock renewal failed: %s", e)
 
     async def _renew_all(self) -> None:
-        from client.share_consumer import AcknowledgeType
+        from shoal.client.share_consumer import AcknowledgeType
 
         held = self.ledger.held()
         if not held:
@@ -328,7 +327,7 @@ class ShareRunner:
 
     # -- shutdown --------------------------------------------------------------------------
     async def _release_and_close(self, timeout: float) -> None:
-        from client.share_consumer import AcknowledgeType
+        from shoal.client.share_consumer import AcknowledgeType
 
         if self._renew_task is not None:
             self._renew_task.cancel()

@@ -31,13 +31,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from client.cluster import TopicPartition
-from client.java_order import JavaHashMap, JavaHashSet, java_string_key
-from protocol.api import codec
-from protocol.exceptions import ProtocolError
+from shoal.client.cluster import TopicPartition
+from shoal.client.java_order import JavaHashMap, JavaHashSet, java_string_key
+from shoal.protocol.api import codec
+from shoal.protocol.exceptions import ProtocolError
 
 if TYPE_CHECKING:
-    from client.assignors import MemberSubscription
+    from shoal.client.assignors import MemberSubscription
 
 __all__ = ["decode_user_data", "encode_user_data", "sticky_assign"]
 

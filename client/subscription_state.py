@@ -22,8 +22,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from client.cluster import TopicPartition
-from client.errors import IllegalStateError
+from shoal.client.cluster import TopicPartition
+from shoal.client.errors import IllegalStateError
 
 __all__ = ["PartitionState", "SubscriptionState", "SubscriptionType"]
 

@@ -47,4 +47,4 @@ fi
 if command -v shoal-broker >/dev/null 2>&1; then
     exec shoal-broker "$@"
 fi
-exec python3 -m broker "$@"
+exec python3 -m shoal.broker "$@"

@@ -22,8 +22,8 @@ import socket
 import struct
 import sys
 
-from protocol.api import api_by_name
-from protocol.frames import decode_response, encode_request
+from shoal.protocol.api import api_by_name
+from shoal.protocol.frames import decode_response, encode_request
 
 _VERSION = 3  # flexible ApiVersions, understood by Kafka 2.4+ and Shoal
 

@@ -24,6 +24,8 @@ COPY schemas ./schemas
 COPY protocol ./protocol
 COPY broker ./broker
 COPY client ./client
+COPY shoal ./shoal
+COPY setup.py ./
 RUN pip install '.[spark]' && rm -rf /opt/shoal/build
 COPY examples ./examples
 

@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 
 def backfill(spark: Any, args: argparse.Namespace) -> dict[int, int]:
     """Write the selected records to ``args.output``; returns rows per partition."""
-    from client.spark import register
+    from shoal.client.spark import register
 
     register(spark)
     reader = (

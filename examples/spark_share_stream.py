@@ -69,7 +69,7 @@ def _table_exists(output: str) -> bool:
 
 
 def build_query(spark: Any, args: argparse.Namespace) -> Any:
-    from client.spark import register
+    from shoal.client.spark import register
 
     register(spark)
     reader = (

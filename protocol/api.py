@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from protocol import spec as S
-from protocol.codegen import compile_message
-from protocol.exceptions import ProtocolError
-from protocol.messages import message_class
+from shoal.protocol import spec as S
+from shoal.protocol.codegen import compile_message
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.messages import message_class
 
 
 class Codec:
@@ -96,7 +96,7 @@ class Codec:
         """Re-parse with the construct structure to name the field that failed."""
         path, offset = "", None
         try:
-            from protocol.construct_codec import locate_failure
+            from shoal.protocol.construct_codec import locate_failure
 
             path, offset = locate_failure(self.spec, self.version, bytes(buf[pos:end]))
         except Exception:  # noqa: BLE001 - diagnostics must never raise

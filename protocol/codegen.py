@@ -24,9 +24,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from protocol import spec as S
-from protocol.exceptions import ProtocolError
-from protocol.messages import classes_for
+from shoal.protocol import spec as S
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.messages import classes_for
 
 _FIXED = {
     "bool": ("?", 1),

@@ -33,8 +33,7 @@ import struct
 from enum import IntEnum
 
 import cramjam
-
-from protocol.exceptions import ProtocolError
+from shoal.protocol.exceptions import ProtocolError
 
 __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_SIZE",

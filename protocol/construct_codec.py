@@ -25,8 +25,7 @@ from functools import cache
 from typing import Any
 
 import construct as C
-
-from protocol import spec as S
+from shoal.protocol import spec as S
 
 
 def _remaining(stream: Any) -> int:

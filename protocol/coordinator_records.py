@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from protocol import spec as S
-from protocol.api import codec
-from protocol.exceptions import ProtocolError
+from shoal.protocol import spec as S
+from shoal.protocol.api import codec
+from shoal.protocol.exceptions import ProtocolError
 
 _I16 = struct.Struct(">h")
 

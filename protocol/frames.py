@@ -18,8 +18,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.api import Api, api, codec
-from protocol.exceptions import ProtocolError
+from shoal.protocol.api import Api, api, codec
+from shoal.protocol.exceptions import ProtocolError
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hhi")

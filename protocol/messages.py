@@ -19,7 +19,7 @@ import uuid
 from functools import cache
 from typing import Any
 
-from protocol import spec as _spec
+from shoal.protocol import spec as _spec
 
 ZERO_UUID = uuid.UUID(int=0)
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from array import array
 
-from protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, decompress
-from protocol.exceptions import ProtocolError
-from protocol.records import (
+from shoal.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, decompress
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.records import (
     _ATTR_POS,
     _COMPRESSION_MASK,
     _CRC_POS,

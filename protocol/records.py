@@ -35,14 +35,13 @@ from enum import IntEnum
 from typing import Any
 
 import crc32c as _crc32c_module
-
-from protocol.compression import (
+from shoal.protocol.compression import (
     DEFAULT_MAX_DECOMPRESSED_SIZE,
     Compression,
     compress,
     decompress,
 )
-from protocol.exceptions import ProtocolError
+from shoal.protocol.exceptions import ProtocolError
 
 __all__ = [
     "BATCH_HEADER_SIZE",

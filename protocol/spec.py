@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-import schemas as _schemas_pkg
+import shoal.schemas as _schemas_pkg
 
 PRIMITIVES = frozenset(
     {

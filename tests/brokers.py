@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from protocol.api import api_by_name
-from protocol.frames import decode_response, encode_request
+from shoal.protocol.api import api_by_name
+from shoal.protocol.frames import decode_response, encode_request
 
 ROOT = Path(__file__).resolve().parent.parent
 _LISTENING = re.compile(r"shoal broker listening on ([\d.]+):(\d+)")
@@ -43,7 +43,7 @@ class BrokerProcess:
         args = [
             sys.executable,
             "-m",
-            "broker",
+            "shoal.broker",
             "--override",
             f"log.dirs={self.data_dir}",
             "--override",

@@ -22,8 +22,7 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
-
-from protocol import spec as S
+from shoal.protocol import spec as S
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 

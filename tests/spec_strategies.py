@@ -12,10 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from hypothesis import strategies as st
-
-from protocol import spec as S
-from protocol.errors import ERRORS
-from protocol.messages import classes_for
+from shoal.protocol import spec as S
+from shoal.protocol.errors import ERRORS
+from shoal.protocol.messages import classes_for
 
 _INT = {
     "int8": (-(2**7), 2**7 - 1),

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from shoal.protocol.records import build_batch
 
-from protocol.records import build_batch
 from tests.brokers import RawClient
 from tests.test_broker_clients import QUIET, create_topic
 from tests.test_broker_shutdown import fetch_body
@@ -124,7 +124,7 @@ def produce_raw(port: int, topic: str, values: list[bytes], partition: int = 0) 
 
 
 def _produce_topic(topic: str, partition: int, batch: bytes):
-    from protocol.api import api_by_name
+    from shoal.protocol.api import api_by_name
 
     P = api_by_name("Produce").request_class()
     return P.TopicProduceData(name=topic, partition_data=[P.PartitionProduceData(index=partition, records=batch)])

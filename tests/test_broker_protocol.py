@@ -12,11 +12,11 @@ import threading
 import time
 
 import pytest
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.frames import encode_request
+from shoal.protocol.records import build_batch, decode_record_set, update_crc
 
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode
-from protocol.frames import encode_request
-from protocol.records import build_batch, decode_record_set, update_crc
 from tests.brokers import RawClient
 
 P = api_by_name("Produce").request_class()
@@ -94,7 +94,7 @@ def test_api_versions_lists_what_is_served(client) -> None:
 def test_api_versions_advertises_released_versions_only(client) -> None:
     """Kafka 4.2 marks InitProducerId v6 (KIP-939) latestVersionUnstable; with
     unstable.api.versions.enable=false (its default) a broker neither advertises nor serves it."""
-    from protocol.api import apis
+    from shoal.protocol.api import apis
 
     served = {k.api_key: k.max_version for k in client.call("ApiVersions", 3, client_software_name="raw-test",
                                                           client_software_version="1.0").api_keys}  # fmt: skip
@@ -365,7 +365,7 @@ def test_garbage_on_many_connections_does_not_hurt_others(shared_broker, topic_n
     with RawClient(port) as good:
         create(good, topic_name)
         valid = b"".join(
-            __import__("protocol.frames", fromlist=["x"]).encode_request(
+            __import__("shoal.protocol.frames", fromlist=["x"]).encode_request(
                 3, 12, 1, "x", api_by_name("Metadata").request_class()(topics=None)
             )
         )
@@ -416,7 +416,7 @@ def test_invalid_settings_exit_2_before_binding(broker_factory, tmp_path) -> Non
 
     for bad in ("no.such.setting=1", "num.partitions=zero", "listeners=PLAINTEXT://127.0.0.1:notaport"):
         r = subprocess.run(
-            [sys.executable, "-m", "broker", "--override", f"log.dirs={tmp_path}/d", "--override", bad],
+            [sys.executable, "-m", "shoal.broker", "--override", f"log.dirs={tmp_path}/d", "--override", bad],
             cwd=ROOT,
             env=_env(),
             capture_output=True,

@@ -12,9 +12,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
-from broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams, JoinResult, SyncResult
-from protocol.errors import ErrorCode
+from shoal.broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams, JoinResult, SyncResult
+from shoal.protocol.errors import ErrorCode
 
 PROTOCOLS = [("range", b"r-meta"), ("roundrobin", b"rr-meta")]
 _tokens = itertools.count()

@@ -15,8 +15,7 @@ import random
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
-
-from client.accumulator import (
+from shoal.client.accumulator import (
     BATCH_OVERHEAD,
     MAX_IN_FLIGHT_PER_PARTITION,
     Outcome,
@@ -24,8 +23,8 @@ from client.accumulator import (
     RecordAccumulator,
     record_size,
 )
-from client.errors import BrokerResponseError, KafkaConnectionError, KafkaTimeoutError
-from protocol.errors import ErrorCode
+from shoal.client.errors import BrokerResponseError, KafkaConnectionError, KafkaTimeoutError
+from shoal.protocol.errors import ErrorCode
 
 
 class Clock:

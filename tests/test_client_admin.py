@@ -10,11 +10,10 @@ import time
 import uuid
 
 import pytest
-
-from client.admin import AsyncAdmin, first_error, raise_for_errors
-from client.admin_group_protocol import build_list_groups, parse_describe_group
-from client.admin_protocol import TOPIC_ADMIN_RETRY, EntityBatch, build_delete_topics, entity_error
-from client.admin_types import (
+from shoal.client.admin import AsyncAdmin, first_error, raise_for_errors
+from shoal.client.admin_group_protocol import build_list_groups, parse_describe_group
+from shoal.client.admin_protocol import TOPIC_ADMIN_RETRY, EntityBatch, build_delete_topics, entity_error
+from shoal.client.admin_types import (
     AlterConfigOp,
     ConfigResource,
     ConfigSource,
@@ -23,11 +22,12 @@ from client.admin_types import (
     OffsetSpec,
     ResourceType,
 )
-from client.cluster import TopicPartition
-from client.errors import BrokerResponseError, KafkaClientError, UnsupportedVersionError
-from protocol.api import api_by_name, codec
-from protocol.coordinator_records import encode_versioned
-from protocol.errors import ErrorCode
+from shoal.client.cluster import TopicPartition
+from shoal.client.errors import BrokerResponseError, KafkaClientError, UnsupportedVersionError
+from shoal.protocol.api import api_by_name, codec
+from shoal.protocol.coordinator_records import encode_versioned
+from shoal.protocol.errors import ErrorCode
+
 from tests.brokers import BrokerProcess, RawClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from client.assignors import (
+from shoal.client.assignors import (
     MemberSubscription,
     RangeAssignor,
     StickyAssignor,
@@ -30,10 +29,10 @@ from client.assignors import (
     range_assign,
     roundrobin_assign,
 )
-from client.cluster import TopicPartition
-from client.java_order import JavaHashMap, JavaHashSet, java_sorted, java_string_hash, topic_partition_hash
-from client.sticky_assignor import decode_user_data, encode_user_data, sticky_assign
-from protocol.api import codec
+from shoal.client.cluster import TopicPartition
+from shoal.client.java_order import JavaHashMap, JavaHashSet, java_sorted, java_string_hash, topic_partition_hash
+from shoal.client.sticky_assignor import decode_user_data, encode_user_data, sticky_assign
+from shoal.protocol.api import codec
 
 
 def tps(*items: str) -> list[TopicPartition]:

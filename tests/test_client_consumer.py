@@ -16,23 +16,22 @@ from collections import deque
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from client.cluster import TopicPartition
-from client.config import build_config
-from client.consumer import AsyncConsumer, OffsetAndMetadata, OffsetAndTimestamp
-from client.core import ClientCore
-from client.errors import (
+from shoal.client.cluster import TopicPartition
+from shoal.client.config import build_config
+from shoal.client.consumer import AsyncConsumer, OffsetAndMetadata, OffsetAndTimestamp
+from shoal.client.core import ClientCore
+from shoal.client.errors import (
     ConfigError,
     IllegalStateError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RecordDeserializationError,
 )
-from client.fetcher import CompletedFetch, Fetcher, next_fetch_offset
-from client.records import ConsumerRecord, decode_record_set_for
-from client.subscription_state import SubscriptionState
-from protocol.exceptions import ProtocolError
-from protocol.records import ControlType, build_batch, build_control_batch
+from shoal.client.fetcher import CompletedFetch, Fetcher, next_fetch_offset
+from shoal.client.records import ConsumerRecord, decode_record_set_for
+from shoal.client.subscription_state import SubscriptionState
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.records import ControlType, build_batch, build_control_batch
 
 QUIET = {"log_level": 0}
 TP = TopicPartition("t", 0)

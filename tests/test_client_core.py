@@ -16,21 +16,20 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-from client.cluster import ClusterMetadata, TopicPartition
-from client.config import build_config, parse_bootstrap
-from client.conn import BrokerConnection
-from client.core import Backoff, ClientCore
-from client.errors import (
+from shoal.client.cluster import ClusterMetadata, TopicPartition
+from shoal.client.config import build_config, parse_bootstrap
+from shoal.client.conn import BrokerConnection
+from shoal.client.core import Backoff, ClientCore
+from shoal.client.errors import (
     BrokerResponseError,
     ClientClosedError,
     ConfigError,
     KafkaConnectionError,
     KafkaTimeoutError,
 )
-from protocol.api import api_by_name, apis
-from protocol.errors import ErrorCode
-from protocol.frames import FrameReader, decode_request, encode_response
+from shoal.protocol.api import api_by_name, apis
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.frames import FrameReader, decode_request, encode_response
 
 # -- configuration -----------------------------------------------------------------------
 

@@ -23,13 +23,13 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from shoal.client.assignors import MemberSubscription, decode_assignment, range_assign, roundrobin_assign
+from shoal.client.cluster import TopicPartition
+from shoal.client.consumer import AsyncConsumer, ConsumerRebalanceListener
+from shoal.client.errors import BrokerResponseError, ClientClosedError, CommitFailedError, KafkaTimeoutError
+from shoal.client.group_membership import Generation, GroupMembership, MemberState, Next
+from shoal.protocol.errors import ErrorCode
 
-from client.assignors import MemberSubscription, decode_assignment, range_assign, roundrobin_assign
-from client.cluster import TopicPartition
-from client.consumer import AsyncConsumer, ConsumerRebalanceListener
-from client.errors import BrokerResponseError, ClientClosedError, CommitFailedError, KafkaTimeoutError
-from client.group_membership import Generation, GroupMembership, MemberState, Next
-from protocol.errors import ErrorCode
 from tests.brokers import BrokerProcess, RawClient
 
 GROUP_SETTINGS = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
@@ -605,14 +605,14 @@ async def test_static_member_fenced_by_a_newer_instance(group_broker, topic_name
 
 def test_commit_while_group_prepares_rebalance_is_accepted(group_broker, topic_name) -> None:
     """Broker, as Kafka: a current-generation commit is refused only in CompletingRebalance."""
-    from client.assignors import MemberSubscription, encode_subscription
+    from shoal.client.assignors import MemberSubscription, encode_subscription
 
     group = "g-" + topic_name
     meta = encode_subscription(MemberSubscription((topic_name,)))
     protocol = [{"name": "range", "metadata": meta}]
 
     def join(c: RawClient, member_id: str) -> None:
-        from protocol.api import api_by_name
+        from shoal.protocol.api import api_by_name
 
         cls = api_by_name("JoinGroup").request_class()
         body = cls(group_id=group, session_timeout_ms=30000, rebalance_timeout_ms=30000, member_id=member_id,
@@ -621,7 +621,7 @@ def test_commit_while_group_prepares_rebalance_is_accepted(group_broker, topic_n
         c.send("JoinGroup", 5, body)
 
     def commit(c: RawClient, generation: int, member_id: str) -> int:
-        from protocol.api import api_by_name
+        from shoal.protocol.api import api_by_name
 
         cls = api_by_name("OffsetCommit").request_class()
         body = cls(group_id=group, generation_id_or_member_epoch=generation, member_id=member_id, topics=[

@@ -12,12 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
-from client.cluster import TopicPartition
-from client.errors import IllegalStateError
-from client.records import ConsumerRecord
-from client.share_acks import AckBatch, AcknowledgeType, AckTracker, PartitionAcks, ack_batches
-from client.share_session import (
+from shoal.client.cluster import TopicPartition
+from shoal.client.errors import IllegalStateError
+from shoal.client.records import ConsumerRecord
+from shoal.client.share_acks import AckBatch, AcknowledgeType, AckTracker, PartitionAcks, ack_batches
+from shoal.client.share_session import (
     FINAL_EPOCH,
     PREFETCH_BACKOFF_MAX,
     PrefetchGate,
@@ -27,8 +26,8 @@ from client.share_session import (
     share_acknowledge_body,
     share_fetch_body,
 )
-from protocol.api import api_by_name
-from protocol.records import build_batch, build_control_batch
+from shoal.protocol.api import api_by_name
+from shoal.protocol.records import build_batch, build_control_batch
 
 TP = TopicPartition("t", 0)
 TP2 = TopicPartition("t", 1)

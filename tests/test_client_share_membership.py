@@ -9,9 +9,8 @@ import uuid
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from client.share_membership import MemberState, ShareMembership, new_member_id
-from protocol.errors import ErrorCode
+from shoal.client.share_membership import MemberState, ShareMembership, new_member_id
+from shoal.protocol.errors import ErrorCode
 
 T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from shoal.protocol import construct_codec
+from shoal.protocol import spec as S
+from shoal.protocol.api import codec
 
-from protocol import construct_codec
-from protocol import spec as S
-from protocol.api import codec
 from tests import kio_bridge as kb
 from tests.spec_strategies import message
 

@@ -10,8 +10,7 @@ import pickle
 from datetime import timedelta
 
 import pytest
-
-from broker.config import (
+from shoal.broker.config import (
     BROKER_CONFIGS,
     GROUP_CONFIGS,
     TOPIC_CONFIGS,
@@ -31,7 +30,7 @@ from broker.config import (
     validate_group_configs,
     validate_topic_configs,
 )
-from broker.configdefs import SAME_AS_KAFKA, SHOAL_ONLY, render_value
+from shoal.broker.configdefs import SAME_AS_KAFKA, SHOAL_ONLY, render_value
 
 LONG_MAX = 9223372036854775807
 INT_MAX = 2147483647

@@ -8,8 +8,8 @@ import socket
 import struct
 import time
 
-from protocol.api import api_by_name
-from protocol.frames import encode_request
+from shoal.protocol.api import api_by_name
+from shoal.protocol.frames import encode_request
 
 _AV = api_by_name("ApiVersions")
 _FRAME = b"".join(

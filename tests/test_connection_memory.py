@@ -13,9 +13,10 @@ import socket
 import struct
 import time
 
-from protocol.api import api_by_name
-from protocol.frames import encode_request
-from protocol.records import build_batch
+from shoal.protocol.api import api_by_name
+from shoal.protocol.frames import encode_request
+from shoal.protocol.records import build_batch
+
 from tests.brokers import RawClient
 from tests.test_broker_protocol import create
 

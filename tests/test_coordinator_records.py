@@ -8,12 +8,12 @@ import struct
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from shoal.protocol import construct_codec
+from shoal.protocol import spec as S
+from shoal.protocol.api import codec
+from shoal.protocol.coordinator_records import decode_versioned, encode_versioned, serde
+from shoal.protocol.exceptions import ProtocolError
 
-from protocol import construct_codec
-from protocol import spec as S
-from protocol.api import codec
-from protocol.coordinator_records import decode_versioned, encode_versioned, serde
-from protocol.exceptions import ProtocolError
 from tests.spec_strategies import message
 
 GROUP = serde("group")

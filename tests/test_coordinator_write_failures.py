@@ -16,9 +16,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
 
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode
 from tests.brokers import RawClient
 from tests.test_broker_protocol import create
 from tests.test_share_groups_protocol import describe as share_describe

@@ -7,8 +7,8 @@ import sys
 import time
 
 import pytest
+from shoal.broker.dir_lock import DataDirLocked, DirLock
 
-from broker.dir_lock import DataDirLocked, DirLock
 from tests.brokers import ROOT, BrokerProcess, _env
 
 
@@ -27,7 +27,7 @@ def start_second(data_dir, timeout: float = 20.0) -> tuple[int, str, float]:
     args = [
         sys.executable,
         "-m",
-        "broker",
+        "shoal.broker",
         "--override",
         f"log.dirs={data_dir}",
         "--override",

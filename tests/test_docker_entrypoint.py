@@ -120,7 +120,7 @@ def test_entrypoint_reports_bad_settings(tmp_path: Path) -> None:
 
 
 def _metadata_topic(name: str):
-    from protocol.api import api_by_name
+    from shoal.protocol.api import api_by_name
 
     return api_by_name("Metadata").request_class().MetadataRequestTopic(name=name)
 

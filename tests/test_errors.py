@@ -6,8 +6,7 @@ import pickle
 
 import pytest
 from kio.schema.errors import ErrorCode as KioErrorCode
-
-from protocol.errors import (
+from shoal.protocol.errors import (
     ERRORS,
     UNKNOWN_NAME,
     ErrorCode,

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-
-from broker.fetch_session import (
+from shoal.broker.fetch_session import (
     INT32_MAX,
     ContextKind,
     FetchSessionCache,
@@ -20,7 +19,7 @@ from broker.fetch_session import (
     PartitionResult,
     next_epoch,
 )
-from protocol.errors import ErrorCode
+from shoal.protocol.errors import ErrorCode
 
 A0: PartitionKey = ("a", 0)
 A1: PartitionKey = ("a", 1)

@@ -6,8 +6,7 @@ import asyncio
 import os
 
 import pytest
-
-from broker.flusher import Flusher
+from shoal.broker.flusher import Flusher
 
 
 class FakeLog:

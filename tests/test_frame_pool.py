@@ -11,13 +11,12 @@ import time
 from typing import Any
 
 import pytest
-
-from broker.buffers import GRANULE, FramePool, in_use
-from broker.clock import ManualClock
-from broker.connection import NO_RESPONSE, Connection
-from protocol.api import api_by_name
-from protocol.frames import encode_request
-from protocol.records import build_batch
+from shoal.broker.buffers import GRANULE, FramePool, in_use
+from shoal.broker.clock import ManualClock
+from shoal.broker.connection import NO_RESPONSE, Connection
+from shoal.protocol.api import api_by_name
+from shoal.protocol.frames import encode_request
+from shoal.protocol.records import build_batch
 
 P = api_by_name("Produce").request_class()
 
@@ -179,7 +178,7 @@ def _feed(conn: Connection, stream: bytes, rng: random.Random) -> None:
 
 
 def _records_value(body: Any) -> bytes:
-    from protocol.records import iter_batches
+    from shoal.protocol.records import iter_batches
 
     (header, _), *_ = list(iter_batches(body.topic_data[0].partition_data[0].records))
     return header.records(verify_crc=True)[0].value

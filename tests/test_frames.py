@@ -7,10 +7,9 @@ import struct
 import time
 
 import pytest
-
-from protocol.api import api_by_name, codec
-from protocol.exceptions import ProtocolError
-from protocol.frames import (
+from shoal.protocol.api import api_by_name, codec
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.frames import (
     FrameReader,
     FrameTooLarge,
     UnsupportedRequest,

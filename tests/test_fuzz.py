@@ -16,12 +16,11 @@ import uuid
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from protocol import spec as S
-from protocol.api import apis
-from protocol.exceptions import ProtocolError
-from protocol.frames import FrameReader, decode_request, decode_response, encode_request, encode_response
-from protocol.messages import classes_for
+from shoal.protocol import spec as S
+from shoal.protocol.api import apis
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.frames import FrameReader, decode_request, decode_response, encode_request, encode_response
+from shoal.protocol.messages import classes_for
 
 TOTAL = 100_000
 _BOUNDARY = [0x00, 0x01, 0x7F, 0x80, 0xFE, 0xFF]

@@ -11,14 +11,14 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
-from protocol.api import api_by_name
-from protocol.frames import (
+from shoal.protocol.api import api_by_name
+from shoal.protocol.frames import (
     decode_request,
     decode_response,
     encode_request,
     encode_response,
 )
+
 from tests import kio_bridge as kb
 
 TOPIC_ID = uuid.UUID("6b1f2a3c-4d5e-4f60-8172-93a4b5c6d7e8")

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker.broker import Broker
-from broker.config import BrokerConfig
-from broker.groups.classic import GroupState, JoinParams
-from protocol.errors import ErrorCode
+from shoal.broker.broker import Broker
+from shoal.broker.config import BrokerConfig
+from shoal.broker.groups.classic import GroupState, JoinParams
+from shoal.protocol.errors import ErrorCode
 
 GID = "durable-sync"
 

@@ -8,12 +8,12 @@ group — so replay time follows live state, not history.
 
 from __future__ import annotations
 
-from broker.groups.classic import GroupState
-from broker.groups.shard import GroupSettings, GroupShard
-from broker.log import LogConfig, PartitionLog
-from broker.log.cleaner import LogCleaner
-from protocol.coordinator_records import serde
-from protocol.records import build_batch
+from shoal.broker.groups.classic import GroupState
+from shoal.broker.groups.shard import GroupSettings, GroupShard
+from shoal.broker.log import LogConfig, PartitionLog
+from shoal.broker.log.cleaner import LogCleaner
+from shoal.protocol.coordinator_records import serde
+from shoal.protocol.records import build_batch
 
 SERDE = serde("group")
 RETENTION = 60_000
@@ -37,7 +37,7 @@ def write(log: PartitionLog, shard: GroupShard, records, clock: Clock) -> None:
         for r in records
     ]
     info = log.append(build_batch(encoded), now_ms=clock.now)
-    from protocol.coordinator_records import CoordinatorRecord
+    from shoal.protocol.coordinator_records import CoordinatorRecord
 
     for i, r in enumerate(records):
         version = r.value_version if r.value_version is not None else SERDE.latest_value_version(r.name)

@@ -306,7 +306,7 @@ def test_kafka_python_group(broker_factory, topic_name, caplog) -> None:
 
 
 def test_acknowledged_commits_survive_kill9(broker_factory, topic_name) -> None:
-    from protocol.api import api_by_name
+    from shoal.protocol.api import api_by_name
 
     b = broker_factory(*GROUP_SETTINGS)
     b.start()

@@ -9,8 +9,9 @@ group id, INVALID_REQUEST for a member id, nothing changed -- in memory or after
 
 from __future__ import annotations
 
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
+
 from tests.brokers import RawClient
 from tests.test_broker_protocol import create
 

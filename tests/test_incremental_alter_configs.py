@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
 
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode
 from tests.brokers import BrokerProcess, RawClient
 
 _IAC = api_by_name("IncrementalAlterConfigs").request_class()

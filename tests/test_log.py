@@ -15,8 +15,7 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from broker.log import (
+from shoal.broker.log import (
     RECOVERY_POINT_FILE,
     InvalidBatch,
     LogClosed,
@@ -28,8 +27,8 @@ from broker.log import (
     SegmentStats,
     select_for_deletion,
 )
-from protocol.errors import ErrorCode
-from protocol.records import BatchHeader, TimestampType, build_batch, iter_batches
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.records import BatchHeader, TimestampType, build_batch, iter_batches
 
 T0 = 1_700_000_000_000
 

@@ -19,9 +19,8 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from broker.log import LogConfig, PartitionLog
-from broker.log.cleaner import (
+from shoal.broker.log import LogConfig, PartitionLog
+from shoal.broker.log.cleaner import (
     CLEANER_CHECKPOINT_FILE,
     CleanerCheckpoint,
     CleaningAborted,
@@ -29,8 +28,8 @@ from broker.log.cleaner import (
     read_cleaner_checkpoint,
     write_cleaner_checkpoint,
 )
-from broker.log.segment import CorruptLog
-from protocol.records import (
+from shoal.broker.log.segment import CorruptLog
+from shoal.protocol.records import (
     BatchHeader,
     Compression,
     ControlType,

@@ -13,9 +13,8 @@ import shutil
 import struct
 
 import pytest
-
-from broker.log import RECOVERY_POINT_FILE, LogConfig, PartitionLog
-from protocol.records import build_batch, iter_batches
+from shoal.broker.log import RECOVERY_POINT_FILE, LogConfig, PartitionLog
+from shoal.protocol.records import build_batch, iter_batches
 
 T0 = 1_700_000_000_000
 

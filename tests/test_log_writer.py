@@ -15,11 +15,10 @@ import signal
 import threading
 
 import pytest
-
-from broker.log import LogConfig, LogFailed, PartitionLog
-from broker.log.segment import write_all
-from broker.log.writer import ThreadedWriter
-from protocol.records import BatchHeader, build_batch, iter_batches
+from shoal.broker.log import LogConfig, LogFailed, PartitionLog
+from shoal.broker.log.segment import write_all
+from shoal.broker.log.writer import ThreadedWriter
+from shoal.protocol.records import BatchHeader, build_batch, iter_batches
 
 T0 = 1_700_000_000_000
 

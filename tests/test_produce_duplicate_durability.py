@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker.broker import Broker
-from broker.config import BrokerConfig
-from client.conn import BrokerConnection
-from protocol.api import api_by_name
-from protocol.records import build_batch
+from shoal.broker.broker import Broker
+from shoal.broker.config import BrokerConfig
+from shoal.client.conn import BrokerConnection
+from shoal.protocol.api import api_by_name
+from shoal.protocol.records import build_batch
 
 TOPIC = "dup-durable"
 PR = api_by_name("Produce").request_class()

@@ -9,8 +9,7 @@ import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from broker.producer_state import (
+from shoal.broker.producer_state import (
     APPEND,
     INT32_MAX,
     AbortedTxn,
@@ -25,8 +24,8 @@ from broker.producer_state import (
     in_sequence,
     last_sequence_of,
 )
-from protocol.errors import ErrorCode
-from protocol.records import BatchHeader, ControlType, build_batch, build_control_batch, iter_batches
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.records import BatchHeader, ControlType, build_batch, build_control_batch, iter_batches
 
 PID = 1000
 

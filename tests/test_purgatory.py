@@ -10,10 +10,9 @@ import pytest
 import uvloop
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from broker.purgatory import DelayedOperation, Purgatory
-from broker.timer import AsyncTimer
-from broker.timing_wheel import Timer, TimerTask
+from shoal.broker.purgatory import DelayedOperation, Purgatory
+from shoal.broker.timer import AsyncTimer
+from shoal.broker.timing_wheel import Timer, TimerTask
 
 
 class Op(DelayedOperation):

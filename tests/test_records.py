@@ -27,10 +27,9 @@ from kafka.record.default_records import DefaultRecordBatch as KpBatch
 from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyBuilder
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 from kafka.record.memory_records import MemoryRecordsBuilder as KpMemoryRecordsBuilder
-
-from protocol.compression import Compression, compress, decompress, xxh32_short
-from protocol.exceptions import ProtocolError
-from protocol.records import (
+from shoal.protocol.compression import Compression, compress, decompress, xxh32_short
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
     ControlType,
@@ -568,7 +567,7 @@ def test_roundtrip_property(records, codec, base_offset, producer, transactional
 @settings(max_examples=200, deadline=None)
 @given(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1))
 def test_varint_roundtrip(value):
-    from protocol.records import _read_varint
+    from shoal.protocol.records import _read_varint
 
     raw = encode_varint(value)
     assert _read_varint(memoryview(raw), 0, len(raw), 10) == (value, len(raw))

@@ -8,8 +8,7 @@ from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from broker.share.assignor import assign
+from shoal.broker.share.assignor import assign
 
 
 def _homogeneous(n_members: int, topics: frozenset[str]) -> dict[str, frozenset[str]]:

@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shoal.broker.broker import Broker
+from shoal.broker.config import BrokerConfig
+from shoal.broker.log import LogConfig, OffsetOutOfRange, PartitionLog
+from shoal.broker.share.coordinator import TOPIC, ShareCoordinator, coordinator_key, kafka_uuid, state_partition
+from shoal.broker.share.state import ShareStateShard
+from shoal.protocol.api import api_by_name
+from shoal.protocol.coordinator_records import CoordinatorRecord, serde
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.records import build_batch
 
-from broker.broker import Broker
-from broker.config import BrokerConfig
-from broker.log import LogConfig, OffsetOutOfRange, PartitionLog
-from broker.share.coordinator import TOPIC, ShareCoordinator, coordinator_key, kafka_uuid, state_partition
-from broker.share.state import ShareStateShard
-from protocol.api import api_by_name
-from protocol.coordinator_records import CoordinatorRecord, serde
-from protocol.errors import ErrorCode
-from protocol.records import build_batch
 from tests.brokers import BrokerProcess, RawClient
 
 SERDE = serde("share")

@@ -10,8 +10,8 @@ import time
 from collections import Counter
 
 import pytest
+from shoal.protocol.api import api_by_name
 
-from protocol.api import api_by_name
 from tests.brokers import BrokerProcess, RawClient
 from tests.test_broker_protocol import create
 

@@ -11,10 +11,10 @@ import uuid
 
 import confluent_kafka
 import pytest
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.records import iter_batches
 
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode
-from protocol.records import iter_batches
 from tests.brokers import RawClient
 from tests.test_broker_protocol import create
 from tests.test_share_fetch_clients import group_config, produce

@@ -6,9 +6,8 @@ import uuid
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from broker.share.group import HeartbeatResult, InitState, ShareGroup
-from protocol.errors import ErrorCode
+from shoal.broker.share.group import HeartbeatResult, InitState, ShareGroup
+from shoal.protocol.errors import ErrorCode
 
 SESSION = 45_000
 MAX = 200

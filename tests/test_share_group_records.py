@@ -11,11 +11,10 @@ import uuid
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from broker.coordinator.runtime import Record
-from broker.share.group import ShareGroup
-from broker.share.group_records import ShareGroupReplayer, diff_records, image, tombstones
-from protocol.coordinator_records import CoordinatorRecord, serde
+from shoal.broker.coordinator.runtime import Record
+from shoal.broker.share.group import ShareGroup
+from shoal.broker.share.group_records import ShareGroupReplayer, diff_records, image, tombstones
+from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 
 SERDE = serde("group")
 SESSION = 45_000

@@ -9,9 +9,9 @@ import time
 import uuid
 
 import pytest
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
 
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode
 from tests.brokers import RawClient
 from tests.test_broker_protocol import create
 

@@ -19,9 +19,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-
-from broker.share.in_flight import InFlightBatch
-from broker.share.share_partition import (
+from shoal.broker.share.in_flight import InFlightBatch
+from shoal.broker.share.share_partition import (
     ACCEPT,
     ACKNOWLEDGED,
     ACQUIRED,
@@ -35,8 +34,8 @@ from broker.share.share_partition import (
     Change,
     SharePartition,
 )
-from broker.share.state import merge_batches
-from protocol.errors import ErrorCode
+from shoal.broker.share.state import merge_batches
+from shoal.protocol.errors import ErrorCode
 
 NONE = ErrorCode.NONE
 INVALID_REQUEST = ErrorCode.INVALID_REQUEST

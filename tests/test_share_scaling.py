@@ -13,10 +13,10 @@ import threading
 import time
 
 import pytest
+from shoal.protocol.api import api_by_name
+from shoal.protocol.record_slice import RecordIndex
+from shoal.protocol.records import build_batch, iter_batches
 
-from protocol.api import api_by_name
-from protocol.record_slice import RecordIndex
-from protocol.records import build_batch, iter_batches
 from tests.brokers import RawClient
 from tests.test_broker_durability import _produce_topic
 from tests.test_share_fetch_protocol import (

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
-from broker.share.share_session import (
+from shoal.broker.share.share_session import (
     DEFAULT_MAX_SESSIONS,
     INT32_MAX,
     AcknowledgeContext,
@@ -24,7 +23,7 @@ from broker.share.share_session import (
     ShareSessionKey,
     next_epoch,
 )
-from protocol.errors import ErrorCode
+from shoal.protocol.errors import ErrorCode
 
 T1 = uuid.UUID(int=1)
 T2 = uuid.UUID(int=2)

@@ -14,10 +14,9 @@ from collections.abc import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from broker.coordinator.runtime import Record
-from broker.log import LogConfig, PartitionLog
-from broker.share.state import (
+from shoal.broker.coordinator.runtime import Record
+from shoal.broker.log import LogConfig, PartitionLog
+from shoal.broker.share.state import (
     ACKNOWLEDGED,
     ARCHIVED,
     AVAILABLE,
@@ -25,9 +24,9 @@ from broker.share.state import (
     ShareStateShard,
     merge_batches,
 )
-from protocol.coordinator_records import CoordinatorRecord, serde
-from protocol.errors import ErrorCode
-from protocol.records import build_batch
+from shoal.protocol.coordinator_records import CoordinatorRecord, serde
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.records import build_batch
 
 SERDE = serde("share")
 TOPIC = uuid.UUID("12345678-1234-5678-1234-567812345678")

@@ -39,14 +39,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from broker.coordinator.write_errors import write_failure
-from protocol.coordinator_records import CoordinatorRecord, RecordSerde
-from protocol.errors import ErrorCode, KafkaErrorResponse
-from protocol.exceptions import ProtocolError
-from protocol.records import build_batch
+from shoal.broker.coordinator.write_errors import write_failure
+from shoal.protocol.coordinator_records import CoordinatorRecord, RecordSerde
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.records import build_batch
 
 if TYPE_CHECKING:
-    from broker.partition import Partition
+    from shoal.broker.partition import Partition
 
 log = logging.getLogger("shoal.coordinator")
 

@@ -10,8 +10,8 @@ Sans-IO: the classic group core maps its own SyncGroup failures with it.
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode, KafkaErrorResponse
-from protocol.exceptions import ProtocolError
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.exceptions import ProtocolError
 
 
 def append_error_to_response(code: int) -> int:

@@ -34,8 +34,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.coordinator.write_errors import append_error_to_response
-from protocol.errors import ErrorCode
+from shoal.broker.coordinator.write_errors import append_error_to_response
+from shoal.protocol.errors import ErrorCode
 
 
 class GroupState(enum.Enum):

@@ -23,15 +23,15 @@ import asyncio
 import logging
 from typing import Any
 
-from broker.coordinator.runtime import CoordinatorRuntime, Record
-from broker.coordinator.write_errors import append_error_code, append_error_to_response
-from broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams
-from broker.groups.shard import GroupMetadataKey, GroupSettings, GroupShard
-from broker.purgatory import DelayedOperation, Purgatory
-from broker.share.group_service import ShareGroupService
-from broker.timing_wheel import TimerTask
-from protocol.coordinator_records import serde
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.coordinator.runtime import CoordinatorRuntime, Record
+from shoal.broker.coordinator.write_errors import append_error_code, append_error_to_response
+from shoal.broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams
+from shoal.broker.groups.shard import GroupMetadataKey, GroupSettings, GroupShard
+from shoal.broker.purgatory import DelayedOperation, Purgatory
+from shoal.broker.share.group_service import ShareGroupService
+from shoal.broker.timing_wheel import TimerTask
+from shoal.protocol.coordinator_records import serde
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 log = logging.getLogger("shoal.groups")
 TOPIC = "__consumer_offsets"
@@ -317,7 +317,7 @@ class GroupCoordinator:
         return p, shard
 
     async def join(self, gid: str, params: JoinParams) -> Any:
-        from broker.groups.classic import JoinResult
+        from shoal.broker.groups.classic import JoinResult
 
         try:
             p, shard = self._route(gid)
@@ -346,7 +346,7 @@ class GroupCoordinator:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> Any:
-        from broker.groups.classic import SyncResult
+        from shoal.broker.groups.classic import SyncResult
 
         try:
             p, shard = self._route(gid)
@@ -522,8 +522,8 @@ def _log_failure(what: str):
 
 
 def _subscribed_topics(group: ClassicGroup) -> set[str]:
-    from protocol.coordinator_records import decode_versioned
-    from protocol.exceptions import ProtocolError
+    from shoal.protocol.coordinator_records import decode_versioned
+    from shoal.protocol.exceptions import ProtocolError
 
     topics: set[str] = set()
     if group.protocol_type != "consumer" or group.protocol_name is None:

@@ -18,12 +18,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.coordinator.runtime import Record
-from broker.groups.classic import ClassicGroup, GroupState, Member
-from broker.share.group import ShareGroup
-from broker.share.group_records import Image, ShareGroupReplayer, is_share_record
-from protocol.coordinator_records import CoordinatorRecord, serde
-from protocol.errors import ErrorCode
+from shoal.broker.coordinator.runtime import Record
+from shoal.broker.groups.classic import ClassicGroup, GroupState, Member
+from shoal.broker.share.group import ShareGroup
+from shoal.broker.share.group_records import Image, ShareGroupReplayer, is_share_record
+from shoal.protocol.coordinator_records import CoordinatorRecord, serde
+from shoal.protocol.errors import ErrorCode
 
 _SERDE = serde("group")
 OffsetCommitKey = _SERDE.key_class("OffsetCommit")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.api import api_by_name
+from shoal.protocol.api import api_by_name
 
 HandlerFn = Callable[[Any, Any, Any], Any]
 
@@ -55,7 +55,7 @@ class HandlerTable:
 
 def handler_table() -> HandlerTable:
     """Every API this broker serves."""
-    from broker.handlers import (
+    from shoal.broker.handlers import (
         admin,
         api_versions,
         fetch,

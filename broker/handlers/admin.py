@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from broker.config import (
+from shoal.broker.config import (
     TOPIC_CONFIGS,
     ConfigDef,
     ConfigError,
@@ -24,10 +24,10 @@ from broker.config import (
     describe_topic_configs,
     validate_topic_configs,
 )
-from broker.configdefs import render_value
-from broker.topics import validate_topic_name
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.configdefs import render_value
+from shoal.broker.topics import validate_topic_name
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 _CT = api_by_name("CreateTopics")
 _DT = api_by_name("DeleteTopics")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
 
 _API = api_by_name("ApiVersions")
 

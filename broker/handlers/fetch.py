@@ -22,10 +22,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from broker.fetch_session import PartitionRequest, PartitionResult
-from broker.purgatory import DelayedOperation
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.fetch_session import PartitionRequest, PartitionResult
+from shoal.broker.purgatory import DelayedOperation
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 _F = api_by_name("Fetch")
 ZERO_UUID = uuid.UUID(int=0)

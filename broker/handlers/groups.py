@@ -12,10 +12,10 @@ import base64
 import binascii
 from typing import Any
 
-from broker.groups.classic import GroupState, JoinParams
-from broker.handlers.limits import id_error
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.groups.classic import GroupState, JoinParams
+from shoal.broker.handlers.limits import id_error
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 _FC = api_by_name("FindCoordinator")
 _JG = api_by_name("JoinGroup")

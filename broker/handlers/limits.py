@@ -9,7 +9,7 @@ for a group id it will not take), a member or instance id with INVALID_REQUEST.
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
+from shoal.protocol.errors import ErrorCode
 
 MAX_ID_BYTES = 32767  # an int16-length string in a coordinator record
 

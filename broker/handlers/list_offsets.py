@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 _LO = api_by_name("ListOffsets")
 

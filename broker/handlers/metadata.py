@@ -23,9 +23,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from broker.topics import INTERNAL_TOPICS, validate_topic_name
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.topics import INTERNAL_TOPICS, validate_topic_name
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 _MD = api_by_name("Metadata")
 _DC = api_by_name("DescribeCluster")
@@ -99,7 +99,7 @@ def handle_metadata(broker: Any, ctx: Any, req: Any) -> Any:
                     out.append(cls.MetadataResponseTopic(error_code=e.code, name=rt.name))
                     continue
                 if allow_create and rt.name not in INTERNAL_TOPICS:
-                    from broker.handlers.admin import create_topic
+                    from shoal.broker.handlers.admin import create_topic
 
                     try:
                         t = create_topic(broker, rt.name, -1, {})

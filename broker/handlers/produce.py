@@ -26,9 +26,9 @@ import functools
 import uuid
 from typing import Any
 
-from broker.connection import NO_RESPONSE
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.connection import NO_RESPONSE
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 _PR = api_by_name("Produce")
 _IP = api_by_name("InitProducerId")

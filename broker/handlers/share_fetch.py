@@ -27,12 +27,12 @@ import asyncio
 import uuid
 from typing import Any
 
-from broker.handlers.fetch import fetch_key
-from broker.handlers.limits import id_error
-from broker.purgatory import DelayedOperation
-from broker.share.share_session import ContextKind, SessionError
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.handlers.fetch import fetch_key
+from shoal.broker.handlers.limits import id_error
+from shoal.broker.purgatory import DelayedOperation
+from shoal.broker.share.share_session import ContextKind, SessionError
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 _SF = api_by_name("ShareFetch")
 _SA = api_by_name("ShareAcknowledge")

@@ -27,9 +27,9 @@ import logging
 import uuid
 from typing import Any
 
-from broker.handlers.limits import id_error
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.handlers.limits import id_error
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 log = logging.getLogger("shoal.share.groups")
 

@@ -21,8 +21,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from protocol.api import api_by_name
-from protocol.errors import ErrorCode
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
 
 _INIT = api_by_name("InitializeShareGroupState")
 _READ = api_by_name("ReadShareGroupState")

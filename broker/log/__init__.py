@@ -9,10 +9,10 @@ and large appends optionally copied to the page cache by a writer thread
 (``append_async`` with ``broker.log.writer.ThreadedWriter``).
 """
 
-from broker.log.partition_log import AppendInfo, FileRegion, LogConfig, LogWriter, PartitionLog, ReadResult
-from broker.log.recovery import RECOVERY_POINT_FILE, RecoveryReport, Truncation
-from broker.log.retention import RetentionDecision, SegmentStats, select_for_deletion
-from broker.log.segment import (
+from shoal.broker.log.partition_log import AppendInfo, FileRegion, LogConfig, LogWriter, PartitionLog, ReadResult
+from shoal.broker.log.recovery import RECOVERY_POINT_FILE, RecoveryReport, Truncation
+from shoal.broker.log.retention import RetentionDecision, SegmentStats, select_for_deletion
+from shoal.broker.log.segment import (
     CorruptLog,
     InvalidBatch,
     LogClosed,

@@ -80,9 +80,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker.log.fileops import fsync_dir
-from broker.log.index import INT32_MAX
-from broker.log.segment import (
+from shoal.broker.log.fileops import fsync_dir
+from shoal.broker.log.index import INT32_MAX
+from shoal.broker.log.segment import (
     DEFAULT_CHUNK_BYTES,
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -94,10 +94,10 @@ from broker.log.segment import (
     parse_segment_name,
     segment_file_name,
 )
-from protocol.records import BatchHeader, Record, TimestampType, build_batch
+from shoal.protocol.records import BatchHeader, Record, TimestampType, build_batch
 
 if TYPE_CHECKING:
-    from broker.log.partition_log import PartitionLog
+    from shoal.broker.log.partition_log import PartitionLog
 
 __all__ = [
     "CLEANED_SUFFIX",

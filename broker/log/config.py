@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from broker.log.index import INT32_MAX
+from shoal.broker.log.index import INT32_MAX
 
 __all__ = ["CLEANUP_POLICIES", "LONG_MAX", "TIMESTAMP_TYPES", "LogConfig"]
 

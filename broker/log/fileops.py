@@ -26,7 +26,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from broker.log.segment import write_all
+from shoal.broker.log.segment import write_all
 
 __all__ = ["FileOps"]
 

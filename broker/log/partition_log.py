@@ -54,13 +54,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.log.cleaner import finish_interrupted_cleaning
-from broker.log.config import LogConfig
-from broker.log.fileops import FileOps
-from broker.log.index import INT32_MAX
-from broker.log.log_dir import LogDir
-from broker.log.reads import FileRegion, LogReads, ReadResult
-from broker.log.recovery import (
+from shoal.broker.log.cleaner import finish_interrupted_cleaning
+from shoal.broker.log.config import LogConfig
+from shoal.broker.log.fileops import FileOps
+from shoal.broker.log.index import INT32_MAX
+from shoal.broker.log.log_dir import LogDir
+from shoal.broker.log.reads import FileRegion, LogReads, ReadResult
+from shoal.broker.log.recovery import (
     RECOVERY_POINT_FILE,
     RecoveryReport,
     encode_recovery_point,
@@ -69,8 +69,8 @@ from broker.log.recovery import (
     read_recovery_point,
     write_log_start,
 )
-from broker.log.retention import SegmentStats, select_for_deletion
-from broker.log.segment import (
+from shoal.broker.log.retention import SegmentStats, select_for_deletion
+from shoal.broker.log.segment import (
     InvalidBatch,
     LogClosed,
     LogFailed,
@@ -79,8 +79,8 @@ from broker.log.segment import (
     RecordBatchTooLarge,
     RecordTooLarge,
 )
-from protocol.exceptions import ProtocolError
-from protocol.records import BatchHeader, set_base_offset, set_log_append_time
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.records import BatchHeader, set_base_offset, set_log_append_time
 
 __all__ = ["AppendInfo", "FileRegion", "LogConfig", "LogWriter", "PartitionLog", "ReadResult"]
 

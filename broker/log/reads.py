@@ -13,7 +13,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from broker.log.segment import (
+from shoal.broker.log.segment import (
     DEFAULT_CHUNK_BYTES,
     CorruptLog,
     FileBatchReader,
@@ -22,7 +22,7 @@ from broker.log.segment import (
     batch_records,
     pread_exact,
 )
-from protocol.records import BatchHeader, Record
+from shoal.protocol.records import BatchHeader, Record
 
 __all__ = ["FileRegion", "LogReads", "ReadResult"]
 

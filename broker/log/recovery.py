@@ -30,7 +30,7 @@ import zlib
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, parse_segment_name
+from shoal.broker.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, parse_segment_name
 
 __all__ = [
     "LOG_START_FILE",

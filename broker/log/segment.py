@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
-from broker.log.index import INT32_MAX, IndexCorrupt, OffsetIndex, TimeIndex
-from protocol.errors import ErrorCode
-from protocol.exceptions import ProtocolError
-from protocol.records import BATCH_HEADER_SIZE, BatchHeader, Record, iter_batches
+from shoal.broker.log.index import INT32_MAX, IndexCorrupt, OffsetIndex, TimeIndex
+from shoal.protocol.errors import ErrorCode
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.records import BATCH_HEADER_SIZE, BatchHeader, Record, iter_batches
 
 __all__ = [
     "INDEX_SUFFIX",

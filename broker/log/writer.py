@@ -36,7 +36,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from broker.log.segment import write_all
+from shoal.broker.log.segment import write_all
 
 __all__ = ["ThreadedWriter", "WriteChannel"]
 

@@ -50,17 +50,17 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from broker.coordinator.runtime import CoordinatorRuntime, Record, partition_for
-from broker.log import LogError
-from broker.share.state import (
+from shoal.broker.coordinator.runtime import CoordinatorRuntime, Record, partition_for
+from shoal.broker.log import LogError
+from shoal.broker.share.state import (
     DEFAULT_STATE_EPOCH,
     UNINITIALIZED_START_OFFSET,
     ReadResult,
     ShareStateShard,
     SummaryResult,
 )
-from protocol.coordinator_records import serde
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.coordinator_records import serde
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 log = logging.getLogger("shoal.share.coordinator")
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.records import build_batch, iter_batches
+from shoal.protocol.records import build_batch, iter_batches
 
 __all__ = ["HEADER_PREFIX", "Reason", "dead_letter_batch"]
 

@@ -48,8 +48,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.share.assignor import assign
-from protocol.errors import ErrorCode
+from shoal.broker.share.assignor import assign
+from shoal.protocol.errors import ErrorCode
 
 __all__ = ["HeartbeatResult", "ShareGroup", "ShareMember"]
 

@@ -25,9 +25,9 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from broker.coordinator.runtime import Record
-from broker.share.group import InitState, ShareGroup, ShareMember
-from protocol.coordinator_records import CoordinatorRecord, serde
+from shoal.broker.coordinator.runtime import Record
+from shoal.broker.share.group import InitState, ShareGroup, ShareMember
+from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 
 __all__ = ["Image", "ShareGroupReplayer", "diff_records", "image", "is_share_record", "tombstones"]
 

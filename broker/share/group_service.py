@@ -34,10 +34,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.purgatory import DelayedOperation
-from broker.share.group import HeartbeatResult, InitState, ShareGroup
-from broker.share.group_records import diff_records, tombstones
-from protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.purgatory import DelayedOperation
+from shoal.broker.share.group import HeartbeatResult, InitState, ShareGroup
+from shoal.broker.share.group_records import diff_records, tombstones
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 log = logging.getLogger("shoal.share.groups")
 

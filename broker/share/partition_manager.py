@@ -58,16 +58,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.handlers.fetch import fetch_key
-from broker.share.dead_letter import Archived, Reason, dead_letter_batch
-from broker.share.share_partition import SharePartition
-from broker.share.share_session import ShareSessionCache
-from broker.share.state import merge_batches
-from broker.timing_wheel import TimerTask
-from protocol.errors import ErrorCode, KafkaErrorResponse
-from protocol.exceptions import ProtocolError
-from protocol.record_slice import RecordIndex
-from protocol.records import iter_batches
+from shoal.broker.handlers.fetch import fetch_key
+from shoal.broker.share.dead_letter import Archived, Reason, dead_letter_batch
+from shoal.broker.share.share_partition import SharePartition
+from shoal.broker.share.share_session import ShareSessionCache
+from shoal.broker.share.state import merge_batches
+from shoal.broker.timing_wheel import TimerTask
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.record_slice import RecordIndex
+from shoal.protocol.records import iter_batches
 
 log = logging.getLogger("shoal.share.partitions")
 

@@ -82,9 +82,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sortedcontainers import SortedDict
-
-from broker.share.in_flight import (
+from shoal.broker.share.in_flight import (
     ACKNOWLEDGED,
     ACQUIRED,
     ARCHIVED,
@@ -92,7 +90,8 @@ from broker.share.in_flight import (
     NO_DEADLINE,
     InFlightBatch,
 )
-from protocol.errors import ErrorCode
+from shoal.protocol.errors import ErrorCode
+from sortedcontainers import SortedDict
 
 __all__ = [
     "ACCEPT",

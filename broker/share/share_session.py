@@ -90,7 +90,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from protocol.errors import ErrorCode
+from shoal.protocol.errors import ErrorCode
 
 __all__ = [
     "DEFAULT_MAX_SESSIONS",

@@ -58,9 +58,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.coordinator.runtime import Record
-from protocol.coordinator_records import CoordinatorRecord, serde
-from protocol.errors import ErrorCode
+from shoal.broker.coordinator.runtime import Record
+from shoal.protocol.coordinator_records import CoordinatorRecord, serde
+from shoal.protocol.errors import ErrorCode
 
 _SERDE = serde("share")
 ShareSnapshotKey = _SERDE.key_class("ShareSnapshot")
