@@ -44,6 +44,7 @@ from typing import Any
 
 from shoal.broker.clock import SystemClock
 from shoal.broker.dir_lock import DirLock
+from shoal.broker.faults import Fault, FaultInjector, InterceptedRequest
 from shoal.broker.fetch_session import FetchSessionCache
 from shoal.broker.flusher import Flusher
 from shoal.broker.group_configs import GroupConfigs
@@ -59,6 +60,7 @@ from shoal.broker.producer_ids import ProducerIdManager
 from shoal.broker.purgatory import Purgatory
 from shoal.broker.timer import AsyncTimer
 from shoal.broker.topics import Topic, TopicManager
+from shoal.protocol.error_responses import error_response
 from shoal.protocol.errors import ErrorCode
 
 log = logging.getLogger("shoal.broker")
@@ -99,6 +101,7 @@ class Broker:
         self._background: list[asyncio.Task] = []
         self.clean_start = True
         self.stopped = asyncio.Event()
+        self.faults = FaultInjector()  # request fault injection (shoal.testing); unarmed costs one test
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self) -> None:
@@ -157,11 +160,26 @@ class Broker:
 
     async def stop(self) -> None:
         """Shut down; every step runs even if an earlier one failed (a full disk, say)."""
-        log.info("shutting down")
+        await self._shutdown(clean=True)
+
+    async def halt(self, *, lose_unflushed: bool = False) -> None:
+        """Stop as a crash would: a test seam (``shoal.testing``'s ``restart(clean=False)``).
+
+        Connections are cut without answers; no log is flushed, no index file,
+        checkpoint, producer snapshot or clean-shutdown marker is written, so
+        the next start recovers as after ``kill -9``. With ``lose_unflushed``
+        each log also loses what it had not fsynced, as a power cut loses what
+        was only in the page cache.
+        """
+        await self._shutdown(clean=False, lose_unflushed=lose_unflushed)
+
+    async def _shutdown(self, *, clean: bool, lose_unflushed: bool = False) -> None:
+        log.info("shutting down" if clean else "halting (as a crash would)")
         server = self.server
         if server is not None:
             server.stop_accepting()
-            await _await_step("draining connections", server.drain(timeout=5.0))
+            if clean:
+                await _await_step("draining connections", server.drain(timeout=5.0))
         for t in self._background:
             t.cancel()
         for what, close in (
@@ -176,7 +194,9 @@ class Broker:
         if server is not None:
             await _await_step("closing connections", server.close())
         unclean: list[str] = []
-        if self.topics is not None:
+        if self.topics is not None and not clean:
+            _step("abandoning the logs", lambda: self.topics.abandon(lose_unflushed=lose_unflushed))
+        elif self.topics is not None:
             try:
                 unclean = self.topics.close()
             except Exception:
@@ -186,9 +206,10 @@ class Broker:
             _step("stopping the log writer", self.log_writer.close)
         if self.timer is not None:
             _step("stopping the timer", self.timer.close)
-        self._leave_marker(unclean)
+        if clean:
+            self._leave_marker(unclean)
         self.dir_lock.release()
-        log.info("shutdown complete")
+        log.info("shutdown complete" if clean else "halted")
         self.stopped.set()
 
     # -- the clean-shutdown marker -------------------------------------------------
@@ -305,18 +326,66 @@ class Broker:
                 return
             conn.abort(f"API {ctx.api_key} v{ctx.api_version} is not served")
             return
+        if self.faults.armed:
+            fault = self.faults.take(ctx.api_key)
+            if fault is not None:
+                self._inject(fault, h, ctx, body, slot, conn)
+                return
+        self._handle(h, ctx, body, slot, conn)
+
+    def _handle(self, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         try:
             result = h.fn(self, ctx, body)
         except Exception:
             log.exception("handler %s failed for %s", h.name, conn.peer)
             conn.fail(slot, "handler error")
             return
+        self._answer(result, h.name, slot, conn)
+
+    def _answer(self, result: Any, name: str, slot: Any, conn: Any) -> None:
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)
             conn.tasks.add(task)
-            task.add_done_callback(lambda t: self._finish(t, conn, slot, h.name))
+            task.add_done_callback(lambda t: self._finish(t, conn, slot, name))
         else:
             conn.complete(slot, result)
+
+    def _inject(self, fault: Fault, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
+        """Carry out an armed fault (broker.faults) in place of the request's normal handling."""
+        if fault.kind == "fail":
+            conn.complete(slot, error_response(ctx.api_key, ctx.api_version, body, fault.error_code, fault.message))
+        elif fault.kind == "drop":
+            conn.abort(f"fault injection: dropped at {h.name}")
+        elif fault.kind == "delay":
+            assert self._loop is not None
+            self._loop.call_later(fault.delay_ms / 1000, self._handle_if_open, h, ctx, body, slot, conn)
+        else:
+            assert fault.callback is not None
+            request = InterceptedRequest(ctx.api_key, h.name, ctx.api_version, ctx.client_id, ctx.correlation_id, body)
+            try:
+                result = fault.callback(request)
+            except Exception:
+                log.exception("fault injection: the %s callback failed", h.name)
+                conn.fail(slot, "intercept callback error")
+                return
+            if inspect.isawaitable(result):
+                self._answer(self._intercepted(result, h, ctx, body), h.name, slot, conn)
+            elif result is None:
+                self._handle(h, ctx, body, slot, conn)
+            else:
+                conn.complete(slot, result)
+
+    async def _intercepted(self, pending: Any, h: Any, ctx: Any, body: Any) -> Any:
+        result = await pending
+        if result is None:
+            result = h.fn(self, ctx, body)
+            if inspect.isawaitable(result):
+                result = await result
+        return result
+
+    def _handle_if_open(self, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
+        if not conn.closed:
+            self._handle(h, ctx, body, slot, conn)
 
     def _finish(self, task: asyncio.Future, conn: Any, slot: Any, name: str) -> None:
         conn.tasks.discard(task)

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from shoal.broker.server import Server
 
 log = logging.getLogger("shoal.connection")
+# Every request in and answer out, at DEBUG (log.level=DEBUG), as Kafka's kafka.request.logger:
+# how to tell, from the broker's side, which request a client still waits for.
+trace = logging.getLogger("shoal.request")
 
 _SIZE = struct.Struct(">i")
 _STAGING = 256 * 1024
@@ -118,6 +121,7 @@ class Connection(asyncio.BufferedProtocol):
         self._ip = "?"
         self.last_active = server.clock.monotonic_ms()
         self.tasks: set[asyncio.Task] = set()
+        self._trace = trace.isEnabledFor(logging.DEBUG)
 
     # -- asyncio protocol callbacks ------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -140,6 +144,9 @@ class Connection(asyncio.BufferedProtocol):
             self._loop = None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._trace and self._admitted:
+            unanswered = [s.correlation_id for s in self._slots]
+            trace.debug("%s closed (%s), unanswered corr %s", self.peer, exc or "by peer or broker", unanswered)
         self._closed = True
         if not self._admitted:
             return  # refused at accept: nothing was set up
@@ -283,6 +290,15 @@ class Connection(asyncio.BufferedProtocol):
             return
         slot = _Slot(request.api.key, request.version, request.correlation_id)
         self._slots.append(slot)
+        if self._trace:
+            trace.debug(
+                "%s <- %s v%d corr %d client %s",
+                self.peer,
+                request.api.name,
+                request.version,
+                request.correlation_id,
+                request.client_id,
+            )
         self._update_reading()
         ctx = RequestContext(
             self, request.api.key, request.version, request.correlation_id, request.client_id, request.header
@@ -300,6 +316,10 @@ class Connection(asyncio.BufferedProtocol):
         self._reject(f"unsupported API key {e.api_key} version {e.version}")
 
     # -- responses ---------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def complete(self, slot: _Slot, body: Any) -> None:
         """A handler's result for `slot`; writes every ready response in order."""
         if self._closed:
@@ -322,6 +342,8 @@ class Connection(asyncio.BufferedProtocol):
         out: list = []
         while slots and slots[0].done:
             s = slots.popleft()
+            if self._trace:
+                trace.debug("%s -> api %d corr %d%s", self.peer, s.api_key, s.correlation_id, _summary(s.payload))
             if s.payload is NO_RESPONSE:
                 continue
             try:
@@ -404,3 +426,11 @@ class Connection(asyncio.BufferedProtocol):
         if self.transport is not None and not self._closed:
             self._closed = True
             self.transport.close()
+
+
+def _summary(body: Any) -> str:
+    """A request log's view of an answer: its top-level error code, if any."""
+    if body is NO_RESPONSE:
+        return " (no response: acks=0)"
+    code = getattr(body, "error_code", 0)
+    return f" error {code}" if code else ""

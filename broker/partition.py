@@ -385,6 +385,17 @@ class Partition:
                     os.unlink(tmp)
         plog.close()
 
+    def abandon(self, *, lose_unflushed: bool) -> None:
+        """Close as a crash would (``Broker.halt``): no flush, no producer snapshot.
+
+        A snapshot left from an earlier clean stop may describe records a lost
+        tail held, so it goes when the tail does: the next start replays the log.
+        """
+        if lose_unflushed:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.log.path, SNAPSHOT_FILE))
+        self.log.abandon(lose_unflushed=lose_unflushed)
+
     def delete(self) -> None:
         self.log.delete()
 

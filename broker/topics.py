@@ -120,6 +120,12 @@ class TopicManager:
             log.warning("%d more partitions did not close cleanly", len(unclean) - _CLOSE_ERRORS_LOGGED)
         return unclean
 
+    def abandon(self, *, lose_unflushed: bool) -> None:
+        """Close every partition as a crash would (``Broker.halt``): nothing flushed or written."""
+        for t in self._by_name.values():
+            for p in t.partitions:
+                p.abandon(lose_unflushed=lose_unflushed)
+
     def _persist(self) -> None:
         meta = {
             "version": 1,

@@ -25,6 +25,9 @@ FAST = (
     "share.coordinator.state.topic.num.partitions=3",
     "group.share.min.heartbeat.interval.ms=200",
     "group.share.heartbeat.interval.ms=200",
+    # every request and answer in the broker's log (shoal.request): if close() hangs again, the log
+    # shows what librdkafka sent last and whether each request was answered
+    "log.level=DEBUG",
 )
 
 
@@ -41,13 +44,16 @@ def consumer(bootstrap: str, group: str):
     return confluent_kafka.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
 
 
-def close(sc, timeout: float = 30.0) -> None:
+def close(sc, timeout: float = 30.0, broker=None) -> None:
     """``sc.close()`` bounded: librdkafka's preview ShareConsumer has once hung in close
     (rd_kafka_consumer_close waiting on its queue after the leave was answered);
     a hang fails this test instead of holding the whole suite."""
     t = threading.Thread(target=sc.close, daemon=True)
     t.start()
     t.join(timeout)
+    if t.is_alive() and broker is not None:
+        tail = "\n".join(broker.log_text().splitlines()[-80:])
+        raise AssertionError(f"ShareConsumer.close() did not return within {timeout} s; broker log:\n{tail}")
     assert not t.is_alive(), f"ShareConsumer.close() did not return within {timeout} s"
 
 
@@ -93,7 +99,7 @@ def test_share_consumer_joins_heartbeats_and_leaves(broker) -> None:
         later = describe(broker.port, "rdk-g1")
         assert [(m.member_id, m.member_epoch) for m in later.members] == [(member.member_id, member.member_epoch)]
     finally:
-        close(sc)
+        close(sc, broker=broker)
     gone = describe(broker.port, "rdk-g1")
     assert gone.group_state == "Empty" and gone.members == []
 
@@ -113,7 +119,7 @@ def test_two_share_consumers_share_one_partition(broker) -> None:
 
         poll_until([a, b], both_hold_partition_0)
     finally:
-        close(a)
+        close(a, broker=broker)
 
     def one_left():
         d = describe(broker.port, "rdk-g2")
@@ -121,5 +127,5 @@ def test_two_share_consumers_share_one_partition(broker) -> None:
 
     d = poll_until([b], one_left)
     assert list(assigned(d).values()) == [[0]]
-    close(b)
+    close(b, broker=broker)
     assert describe(broker.port, "rdk-g2").members == []

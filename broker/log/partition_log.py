@@ -73,6 +73,7 @@ from shoal.broker.log.retention import SegmentStats, select_for_deletion
 from shoal.broker.log.segment import (
     InvalidBatch,
     LogClosed,
+    LogError,
     LogFailed,
     LogSegment,
     OffsetOutOfRange,
@@ -148,6 +149,7 @@ class PartitionLog(LogReads):
         "_last_flush_ms",
         "_pending",
         "_recovery_point",
+        "_opened_end",
         "_rp_cap",
         "_rp_fd",
         "_segments",
@@ -171,6 +173,7 @@ class PartitionLog(LogReads):
         self._bases: list[int] = []
         self._size = 0
         self._recovery_point = 0
+        self._opened_end = 0  # log end at open: what ``abandon`` takes as already on disk
         # Log start inside the first segment (advance_log_start); the first
         # segment's base rules when it is higher.
         self._start = 0
@@ -237,6 +240,7 @@ class PartitionLog(LogReads):
         report.log_end_offset = log.log_end_offset
         log.recovery = report
         log._last_flush_ms = now
+        log._opened_end = log.log_end_offset
         return log
 
     def _segment_args(self) -> dict[str, int]:
@@ -819,6 +823,28 @@ class PartitionLog(LogReads):
                     self._fsync_dir()
             except OSError as e:
                 logger.warning("%s: recovery-point checkpoint not written at close: %s", self.path, e)
+        finally:
+            self._close_files()
+            self._closed = True
+
+    def abandon(self, *, lose_unflushed: bool) -> None:
+        """Close the files as a crash would: no index files, no flush, no checkpoint.
+
+        With ``lose_unflushed`` the log is first cut back to what this run
+        fsynced (its recovery point, or the end it had at open if that is
+        higher: what an earlier run left is taken as written back by the
+        kernel since), as a power cut drops what was only in the page cache.
+        A test seam (``Broker.halt``); an offline log is closed as it is.
+        """
+        if self._closed:
+            return
+        try:
+            self.drain()
+            durable = max(self._recovery_point, self._opened_end)
+            if lose_unflushed and self.failed is None and durable < self.log_end_offset:
+                self._truncate_to(durable)
+        except (OSError, LogError) as e:
+            logger.warning("%s: not cut back to its recovery point: %s", self.path, e)
         finally:
             self._close_files()
             self._closed = True

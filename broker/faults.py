@@ -1,0 +1,156 @@
+"""Request fault injection: what the broker does instead of (or before) handling a request.
+
+Why: a client's retry paths (a leader that moved, a coordinator that is
+loading, a connection that died mid-request) are the code least often run
+and most often wrong, and a real broker produces those conditions only by
+accident. franz-go's ``kfake`` showed the remedy: a control hook per request
+key. ``shoal.testing.EmbeddedBroker.faults`` is this object.
+
+Rules are kept per API key, first armed first used:
+
+- ``fail(api, code, times)``: answer with Kafka's error response for that
+  request (every topic and partition it named carries ``code``);
+- ``delay(api, ms, times)``: handle the request normally, ``ms`` later;
+- ``drop(api, times)``: close the connection instead of answering;
+- ``intercept(api, fn, times)``: call ``fn(request)``; a returned body is the
+  answer, ``None`` lets the broker handle the request.
+
+``times=None`` keeps a rule until ``clear()``. Sans-IO: the broker's dispatch
+asks ``take(api_key)`` and carries out the returned ``Fault``; rules may be
+armed from another thread (a synchronous test beside the broker's loop).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shoal.protocol.api import api as api_for_key
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode
+
+__all__ = ["Fault", "FaultInjector", "InterceptedRequest"]
+
+
+@dataclass(slots=True)
+class InterceptedRequest:
+    """What an ``intercept`` callback sees: the request as the broker decoded it."""
+
+    api_key: int
+    api_name: str
+    api_version: int
+    client_id: str | None
+    correlation_id: int
+    body: Any
+
+
+@dataclass(slots=True)
+class Fault:
+    kind: str  # "fail" | "delay" | "drop" | "intercept"
+    api_key: int
+    times: int | None  # uses left; None = until cleared
+    error_code: int = 0
+    message: str | None = None
+    delay_ms: float = 0.0
+    callback: Callable[[InterceptedRequest], Any] | None = None
+
+
+class FaultInjector:
+    """Armed faults, by API key. ``armed`` is the one attribute an unarmed dispatch reads."""
+
+    __slots__ = ("_lock", "_rules", "armed", "injected")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rules: dict[int, list[Fault]] = {}
+        self.armed = False
+        self.injected: dict[str, int] = {}  # "Produce:fail" -> how many times a rule was used
+
+    # -- arming --------------------------------------------------------------------
+    def fail(self, api: int | str, error: int | str, times: int | None = 1, message: str | None = None) -> None:
+        """Answer the next ``times`` requests of ``api`` with ``error`` (a code, or a name such as
+        ``"NOT_LEADER_OR_FOLLOWER"``)."""
+        code = ErrorCode[error] if isinstance(error, str) else ErrorCode(error)
+        self._add(Fault("fail", _key(api), _times(times), error_code=int(code), message=message))
+
+    def delay(self, api: int | str, ms: float, times: int | None = 1) -> None:
+        """Handle the next ``times`` requests of ``api`` after ``ms`` milliseconds."""
+        if ms < 0:
+            raise ValueError("ms must not be negative")
+        self._add(Fault("delay", _key(api), _times(times), delay_ms=float(ms)))
+
+    def drop(self, api: int | str, times: int | None = 1) -> None:
+        """Close the connection when the next ``times`` requests of ``api`` arrive, unanswered."""
+        self._add(Fault("drop", _key(api), _times(times)))
+
+    def intercept(self, api: int | str, fn: Callable[[InterceptedRequest], Any], times: int | None = None) -> None:
+        """Show each request of ``api`` to ``fn`` (on the broker's event loop); a body it returns
+        is the answer, ``None`` lets the broker answer."""
+        self._add(Fault("intercept", _key(api), _times(times), callback=fn))
+
+    def clear(self, api: int | str | None = None) -> None:
+        """Disarm every rule (or those of one API)."""
+        with self._lock:
+            if api is None:
+                self._rules.clear()
+            else:
+                self._rules.pop(_key(api), None)
+            self.armed = bool(self._rules)
+
+    def _add(self, fault: Fault) -> None:
+        with self._lock:
+            self._rules.setdefault(fault.api_key, []).append(fault)
+            self.armed = True
+
+    # -- use -----------------------------------------------------------------------
+    def take(self, api_key: int) -> Fault | None:
+        """The rule that applies to this request, used up by one if it counts."""
+        with self._lock:
+            rules = self._rules.get(api_key)
+            if not rules:
+                return None
+            fault = rules[0]
+            if fault.times is not None:
+                fault.times -= 1
+                if fault.times <= 0:
+                    rules.pop(0)
+                    if not rules:
+                        del self._rules[api_key]
+                        self.armed = bool(self._rules)
+            name = f"{_name(api_key)}:{fault.kind}"
+            self.injected[name] = self.injected.get(name, 0) + 1
+            return fault
+
+    def pending(self) -> dict[str, int | None]:
+        """Armed rules as ``{"Produce:fail": uses left (None: until cleared)}`` (summed per kind)."""
+        out: dict[str, int | None] = {}
+        with self._lock:
+            for key, rules in self._rules.items():
+                for f in rules:
+                    name = f"{_name(key)}:{f.kind}"
+                    if f.times is None or out.get(name, 0) is None:
+                        out[name] = None
+                    else:
+                        out[name] = (out.get(name) or 0) + f.times
+        return out
+
+
+def _key(api: int | str) -> int:
+    if isinstance(api, str):
+        return api_by_name(api).key
+    if api_for_key(api) is None:
+        raise ValueError(f"unknown API key {api}")
+    return int(api)
+
+
+def _name(key: int) -> str:
+    a = api_for_key(key)
+    return a.name if a is not None else str(key)
+
+
+def _times(times: int | None) -> int | None:
+    if times is not None and times <= 0:
+        raise ValueError("times must be positive or None")
+    return times
