@@ -41,7 +41,9 @@ from shoal.protocol.frames import decode_response, encode_request  # noqa: E402
 
 _API_VERSIONS = api_by_name("ApiVersions")
 _REQUEST = b"".join(
-    encode_request(18, 3, 1, "bench", _API_VERSIONS.request_class()(client_software_name="b", client_software_version="1"))
+    encode_request(
+        18, 3, 1, "bench", _API_VERSIONS.request_class()(client_software_name="b", client_software_version="1")
+    )
 )
 
 

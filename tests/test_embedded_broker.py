@@ -20,7 +20,7 @@ import confluent_kafka
 import kafka
 import pytest
 
-from shoal import AsyncConsumer, AsyncProducer, AsyncShareConsumer, EmbeddedBroker
+from shoal import AsyncProducer, AsyncShareConsumer, EmbeddedBroker
 from shoal.testing import FAST_TIMERS
 
 QUIET = {"log_level": 0}
@@ -229,7 +229,7 @@ async def test_async_use_runs_on_the_callers_loop() -> None:
 def test_settings_are_checked_at_construction() -> None:
     from shoal.broker.configdefs import ConfigError
 
-    with pytest.raises(ConfigError, match="num.partitions"):
+    with pytest.raises(ConfigError, match=r"num\.partitions"):
         EmbeddedBroker(num_partitions=0)
     assert FAST_TIMERS["group.initial.rebalance.delay.ms"] == 0
 

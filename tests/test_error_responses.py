@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
 from shoal.protocol import spec as S
 from shoal.protocol.api import api_by_name, apis
 from shoal.protocol.error_responses import error_response
