@@ -100,7 +100,104 @@ class BrokerProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class InProcessBroker:
+    """``BrokerProcess``'s interface with the broker in this process (``shoal.testing.EmbeddedBroker``
+    on its own thread), for tests where a separate process is not the point: no interpreter to
+    start, no imports to repeat. Kafka's defaults, as the process has them. ``kill()`` stops it
+    as ``kill -9`` would: no flush, no clean-shutdown marker, the page cache keeps what was
+    written. ``log_text()`` is what the ``shoal`` loggers said while it ran (the process's
+    loggers are shared: with two brokers running, both speak in it)."""
+
+    def __init__(self, data_dir: Path, overrides: Iterable[str] = (), port: int = 0) -> None:
+        self.data_dir = Path(data_dir)
+        self.overrides = list(overrides)
+        self.port = port
+        self.embedded: Any = None
+        self._lines: list[str] = []
+        self._handler: Any = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> InProcessBroker:
+        from shoal.broker.configdefs import BROKER_CONFIGS
+
+        from shoal.testing import EmbeddedBroker
+
+        settings: dict[str, str] = {
+            name: str(BROKER_CONFIGS[name].default)
+            for name in ("offsets.topic.num.partitions", "share.coordinator.state.topic.num.partitions")
+        }
+        settings["listeners"] = f"PLAINTEXT://127.0.0.1:{self.port}"
+        for o in self.overrides:
+            k, _, v = o.partition("=")
+            settings[k] = v
+        self._capture()
+        self.embedded = EmbeddedBroker(settings, data_dir=self.data_dir).start(timeout)
+        self.port = self.embedded.port
+        return self
+
+    def _capture(self) -> None:
+        import logging
+
+        if self._handler is not None:
+            return
+        lines = self._lines
+
+        class Collect(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(self.format(record))
+
+        self._handler = Collect(logging.INFO)
+        self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        shoal_log = logging.getLogger("shoal")
+        self._saved_level = shoal_log.level
+        shoal_log.setLevel(logging.INFO)
+        shoal_log.addHandler(self._handler)
+
+    def _release(self) -> None:
+        import logging
+
+        if self._handler is not None:
+            shoal_log = logging.getLogger("shoal")
+            shoal_log.removeHandler(self._handler)
+            shoal_log.setLevel(self._saved_level)
+            self._handler = None
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """A clean shutdown."""
+        if self.embedded is not None:
+            self.embedded.stop(timeout=timeout)
+            self.embedded = None
+        self._release()
+        return 0
+
+    def kill(self) -> None:
+        """As ``kill -9``: no flush, no marker; what was written stays (the page cache)."""
+        if self.embedded is not None:
+            self.embedded.stop(clean=False, lose_unflushed=False)
+            self.embedded = None
+        self._release()
+
+    def log_text(self) -> str:
+        return "\n".join(self._lines)
+
+    def alive(self) -> bool:
+        e = self.embedded
+        return e is not None and e.running and e._thread is not None and e._thread.is_alive()
+
+    def __enter__(self) -> InProcessBroker:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

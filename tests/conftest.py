@@ -1,6 +1,11 @@
-"""Shared fixtures: one broker process for the interoperability tests (each
-test uses its own topics), and a factory for tests that need brokers of their
-own (crashes, restarts, special settings)."""
+"""Shared fixtures: one broker for the interoperability tests (each test uses
+its own topics), and a factory for tests that need brokers of their own
+(crashes, restarts, special settings).
+
+Both run the broker in this process (``InProcessBroker``: shoal.testing's
+EmbeddedBroker on a thread) unless the process is the point: signals, exit
+codes, ``kill -9`` at an arbitrary instant, memory of the broker process
+(``broker_factory(..., process=True)``, or ``BrokerProcess`` directly)."""
 
 from __future__ import annotations
 
@@ -9,14 +14,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.brokers import BrokerProcess
+from tests.brokers import BrokerProcess, InProcessBroker
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("shared") / "data")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    b = InProcessBroker(tmp_path_factory.mktemp("shared") / "data")
     b.start()
     yield b
     b.stop()
@@ -24,10 +29,10 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
 
 @pytest.fixture
 def broker_factory(tmp_path) -> Iterator:
-    started: list[BrokerProcess] = []
+    started: list[BrokerProcess | InProcessBroker] = []
 
-    def make(*overrides: str, name: str = "data") -> BrokerProcess:
-        b = BrokerProcess(tmp_path / name, overrides)
+    def make(*overrides: str, name: str = "data", process: bool = False) -> BrokerProcess | InProcessBroker:
+        b = (BrokerProcess if process else InProcessBroker)(tmp_path / name, overrides)
         started.append(b)
         return b
 

@@ -41,7 +41,7 @@ def consume_all(bootstrap: str, topic: str, partitions: int, idle_s: float = 2.0
     ],
 )
 def test_kill9_keeps_every_acknowledged_record(broker_factory, topic_name, value_bytes, acks) -> None:
-    b = broker_factory()
+    b = broker_factory(process=True)
     b.start()
     create_topic(b.bootstrap, topic_name, 2)
     acked: set[bytes] = set()
@@ -131,7 +131,7 @@ def _produce_topic(topic: str, partition: int, batch: bytes):
 
 
 def test_torn_tail_is_cut_and_broker_starts(broker_factory, topic_name) -> None:
-    b = broker_factory()
+    b = broker_factory(process=True)
     b.start()
     create_topic(b.bootstrap, topic_name, 1)
     assert produce_raw(b.port, topic_name, [b"a" * 100, b"b" * 100, b"c" * 100]) == [0, 1, 2]
@@ -149,7 +149,7 @@ def test_torn_tail_is_cut_and_broker_starts(broker_factory, topic_name) -> None:
 
 
 def test_corrupt_tail_bytes_are_cut(broker_factory, topic_name) -> None:
-    b = broker_factory()
+    b = broker_factory(process=True)
     b.start()
     create_topic(b.bootstrap, topic_name, 1)
     produce_raw(b.port, topic_name, [b"x" * 50, b"y" * 50])
@@ -164,7 +164,7 @@ def test_corrupt_tail_bytes_are_cut(broker_factory, topic_name) -> None:
 
 
 def test_clean_restart_keeps_data_and_topic_ids(broker_factory, topic_name) -> None:
-    b = broker_factory()
+    b = broker_factory(process=True)
     b.start()
     create_topic(b.bootstrap, topic_name, 2)
     produce_raw(b.port, topic_name, [b"one", b"two"], partition=1)
@@ -185,7 +185,7 @@ def test_clean_restart_keeps_data_and_topic_ids(broker_factory, topic_name) -> N
 
 def test_a_failed_write_answers_storage_error_and_loses_nothing_acknowledged(broker_factory, topic_name) -> None:
     """A disk that fills up under ~1 MiB batches (written on the log writer thread)."""
-    b = broker_factory()
+    b = broker_factory(process=True)
     b.start()
     create_topic(b.bootstrap, topic_name, 1)
     soft, hard = resource.prlimit(b.proc.pid, resource.RLIMIT_FSIZE)

@@ -22,7 +22,7 @@ def fetch_body(topic: str) -> Any:
 
 
 def test_sigterm_under_a_stream_of_long_polls_exits_promptly(broker_factory, topic_name) -> None:
-    b = broker_factory()
+    b = broker_factory(process=True)
     b.start()
     with RawClient(b.port) as c:
         assert create(c, topic_name).error_code == 0
@@ -61,7 +61,7 @@ def test_the_process_ends_right_after_shutdown_complete(broker_factory) -> None:
     a delay. Wide margin: 1 s."""
     import datetime as dt
 
-    b = broker_factory()
+    b = broker_factory(process=True)
     b.start()
     b.proc.send_signal(signal.SIGTERM)
     assert b.proc.wait(30) == 0

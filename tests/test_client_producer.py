@@ -290,7 +290,7 @@ def test_invalid_configuration_names_the_key() -> None:
 
 
 async def test_idempotent_producer_survives_kill9_and_restart(broker_factory, topic_name) -> None:
-    b = broker_factory()
+    b = broker_factory(process=True)  # kill -9 at an arbitrary instant is the point
     b.start()
     create_topic(b.bootstrap, topic_name, 2)
     total = 3000
@@ -358,7 +358,7 @@ async def test_swallowed_produce_responses_are_retried_without_duplicates(broker
 
 
 async def test_full_buffer_blocks_send_until_max_block_ms(broker_factory, topic_name) -> None:
-    b = broker_factory("auto.create.topics.enable=false")
+    b = broker_factory("auto.create.topics.enable=false", process=True)  # SIGSTOP: a frozen broker
     b.start()
     create_topic(b.bootstrap, topic_name, 1)
     async with AsyncProducer(bootstrap_servers=b.bootstrap, max_block_ms=1000) as p:

@@ -109,7 +109,7 @@ async def test_acknowledgements_lost_with_the_broker_are_reported_failed(broker_
     """The broker freezes with our ShareAcknowledge unread and then dies: commit_sync reports the
     partition failed with a retriable connection error (never success), the consumer carries on
     after the restart and the records, never acknowledged, come back."""
-    b = broker_factory(*FAST).start()
+    b = broker_factory(*FAST, process=True).start()  # SIGSTOP: a frozen broker
     topic, group = "cs-lost", "g-lost"
     setup(b, topic, group)
     produce(b.bootstrap, topic, 10)

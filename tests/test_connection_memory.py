@@ -38,7 +38,7 @@ def _answer(s: socket.socket) -> None:
 
 
 def test_idle_connections_cost_a_few_kib_each(broker_factory) -> None:
-    b = broker_factory()
+    b = broker_factory(process=True)
     b.start()
     a = api_by_name("ApiVersions")
     body = a.request_class()(client_software_name="idle", client_software_version="1")
@@ -60,7 +60,7 @@ def test_idle_connections_cost_a_few_kib_each(broker_factory) -> None:
 
 
 def test_pages_of_a_burst_go_back_once_the_connection_is_quiet(broker_factory) -> None:
-    b = broker_factory()
+    b = broker_factory(process=True)
     b.start()
     with RawClient(b.port) as c:
         create(c, "burst")
@@ -88,7 +88,7 @@ def test_an_announced_size_is_not_memory_until_its_bytes_arrive(broker_factory) 
     """#28 item 6: 20 sockets each announcing a ~100 MB frame (under socket.request.max.bytes)
     and sending 100 bytes of it took the broker to 2 GiB: the frame's buffer was allocated and
     zero-filled at its announced size. Pages now exist only once bytes land in them."""
-    b = broker_factory()
+    b = broker_factory(process=True)
     b.start()
     time.sleep(0.5)
     before = rss(b.proc.pid)

@@ -339,7 +339,7 @@ def test_confluent_admin_client(shared_broker: BrokerProcess) -> None:
 
 
 def test_configs_survive_restart_and_crash(broker_factory) -> None:
-    b = broker_factory("group.share.max.session.timeout.ms=90000").start()
+    b = broker_factory("group.share.max.session.timeout.ms=90000", process=True).start()
     g = "restart-group"
     with RawClient(b.port) as c:
         ops = [op("share.session.timeout.ms", "80000"), op("share.partition.max.record.locks", "1000")]

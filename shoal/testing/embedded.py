@@ -166,13 +166,17 @@ class EmbeddedBroker:
         self._broker = broker
         self._port = broker.server.bound[0][1]
 
-    async def astop(self) -> None:
-        """Stop cleanly and remove the data directory this object created."""
+    async def astop(self, clean: bool = True, *, lose_unflushed: bool = True) -> None:
+        """Stop (cleanly, or as a crash would: see ``arestart``) and remove the data directory
+        this object created."""
         try:
             await self._close_helpers()
             if self._broker is not None:
                 broker, self._broker = self._broker, None
-                await broker.stop()
+                if clean:
+                    await broker.stop()
+                else:
+                    await broker.halt(lose_unflushed=lose_unflushed)
         finally:
             if self._own_dir and self._data_dir is not None:
                 shutil.rmtree(self._data_dir, ignore_errors=True)
@@ -226,13 +230,13 @@ class EmbeddedBroker:
             raise
         return self
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, clean: bool = True, *, lose_unflushed: bool = True, timeout: float = 30.0) -> None:
         if self._thread is None:
             return
         loop = self._loop
         assert loop is not None
         try:
-            self._run(self.astop(), timeout)
+            self._run(self.astop(clean, lose_unflushed=lose_unflushed), timeout)
         finally:
             self._end_thread(loop)
 
