@@ -305,18 +305,26 @@ async def test_idempotent_producer_survives_kill9_and_restart(broker_factory, to
     ) as p:
         assert p.config["enable.idempotence"] is True
         futs = []
-        killed = False
-        restarted = None
+        crash = None
+
+        async def freeze_then_kill() -> None:
+            # SIGSTOP first: whatever is in flight from then on is certainly unanswered (a kill alone
+            # races with answers already on their way, and then nothing needs a retry).
+            os.kill(b.proc.pid, signal.SIGSTOP)
+            while not p.stats.in_flight:
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.02)
+            b.kill()  # with produce requests unanswered
+            await asyncio.to_thread(b.start)
+
         for i in range(total):
             futs.append(await p.send(topic_name, b"v%06d" % i, partition=i % 2))
             if i % 10 == 0:
                 await asyncio.sleep(0.001)
-            if not killed and p.stats.in_flight and sum(f.done() for f in futs[:1000]) >= 400:
-                b.kill()  # with produce requests unanswered
-                killed = True
-                restarted = asyncio.create_task(asyncio.to_thread(b.start))
-        assert killed
-        await restarted
+            if crash is None and sum(f.done() for f in futs[:1000]) >= 400:
+                crash = asyncio.create_task(freeze_then_kill())
+        assert crash is not None
+        await crash
         await p.flush(120)
         results = await asyncio.gather(*futs, return_exceptions=True)
         assert p.stats.retries > 0

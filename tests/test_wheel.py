@@ -9,6 +9,7 @@ the source tree by accident.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -24,7 +25,9 @@ pytestmark = pytest.mark.slow
 
 
 def run(*args: str, cwd: Path) -> str:
-    done = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=300)
+    # no PYTHONPATH: other tests of this session point it at the checkout (Spark workers need it)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, f"{args}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
     return done.stdout + done.stderr
 
