@@ -352,7 +352,9 @@ class Broker:
 
     def _inject(self, fault: Fault, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         """Carry out an armed fault (broker.faults) in place of the request's normal handling."""
-        if fault.kind == "fail":
+        if fault.kind == "fail" and ctx.api_key == 0 and getattr(body, "acks", -1) == 0:
+            conn.abort(f"fault injection: acks=0 {h.name} failed")  # no answer to give: Kafka closes
+        elif fault.kind == "fail":
             conn.complete(slot, error_response(ctx.api_key, ctx.api_version, body, fault.error_code, fault.message))
         elif fault.kind == "drop":
             conn.abort(f"fault injection: dropped at {h.name}")

@@ -299,3 +299,18 @@ def test_200_brokers_leak_no_threads_descriptors_or_tasks() -> None:
     assert asyncio.run(many()) == 0
     assert threading.active_count() == threads
     assert _fds() <= fds
+
+
+def test_a_failed_acks0_produce_closes_the_connection_as_kafka_does() -> None:
+    from shoal.protocol.api import api_by_name
+
+    from tests.brokers import RawClient
+
+    P = api_by_name("Produce").request_class()
+    body = P(acks=0, timeout_ms=1000, topic_data=[P.TopicProduceData(name="z", partition_data=[])])
+    with EmbeddedBroker() as b:
+        b.faults.fail("Produce", "NOT_LEADER_OR_FOLLOWER")
+        with RawClient(b.port) as c:
+            c.send("Produce", 9, body)  # acks=0: there is no answer to carry the error
+            assert c.sock.recv(1) == b""  # closed instead
+        assert b.faults.injected == {"Produce:fail": 1}
