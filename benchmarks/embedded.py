@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,34 +35,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from shoal.protocol.api import api_by_name  # noqa: E402
-from shoal.protocol.frames import decode_response, encode_request  # noqa: E402
-
-_API_VERSIONS = api_by_name("ApiVersions")
-_REQUEST = b"".join(
-    encode_request(
-        18, 3, 1, "bench", _API_VERSIONS.request_class()(client_software_name="b", client_software_version="1")
-    )
-)
+from tests.brokers import RawClient  # noqa: E402
 
 
 def api_versions(port: int, timeout: float = 10.0) -> None:
     """One ApiVersions round trip on a new connection (raises if the broker does not answer)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(_REQUEST)
-        size = int.from_bytes(_exact(s, 4), "big")
-        _, body = decode_response(_exact(s, size), 18, 3)
-        assert body.error_code == 0
-
-
-def _exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
+    with RawClient(port, timeout=timeout) as c:
+        body = c.call("ApiVersions", 3, client_software_name="b", client_software_version="1")
+    assert body.error_code == 0
 
 
 def subprocess_ready() -> float:

@@ -119,7 +119,7 @@ class FaultInjector:
                     if not rules:
                         del self._rules[api_key]
                         self.armed = bool(self._rules)
-            name = f"{_name(api_key)}:{fault.kind}"
+            name = _label(api_key, fault.kind)
             self.injected[name] = self.injected.get(name, 0) + 1
             return fault
 
@@ -129,11 +129,9 @@ class FaultInjector:
         with self._lock:
             for key, rules in self._rules.items():
                 for f in rules:
-                    name = f"{_name(key)}:{f.kind}"
-                    if f.times is None or out.get(name, 0) is None:
-                        out[name] = None
-                    else:
-                        out[name] = (out.get(name) or 0) + f.times
+                    name = _label(key, f.kind)
+                    left = out.get(name, 0)
+                    out[name] = None if f.times is None or left is None else left + f.times
         return out
 
 
@@ -145,9 +143,10 @@ def _key(api: int | str) -> int:
     return int(api)
 
 
-def _name(key: int) -> str:
+def _label(key: int, kind: str) -> str:
+    """``"Produce:fail"``: how ``injected`` and ``pending()`` name a rule."""
     a = api_for_key(key)
-    return a.name if a is not None else str(key)
+    return f"{a.name if a is not None else key}:{kind}"
 
 
 def _times(times: int | None) -> int | None:

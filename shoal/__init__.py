@@ -25,20 +25,11 @@ _checkout = os.path.dirname(_here)
 if not os.path.isdir(os.path.join(_here, "broker")) and os.path.isfile(os.path.join(_checkout, "setup.py")):
     __path__.append(_checkout)  # type: ignore[name-defined]
 
+from shoal.client import __all__ as _CLIENT_NAMES  # noqa: E402  (shoal.client loads its names lazily too)
+
+# name -> module that holds it: the client's public names (through shoal.client) and the test kit's
 _EXPORTS = {
-    "AsyncProducer": "shoal.client.producer",
-    "RecordMetadata": "shoal.client.producer",
-    "AsyncConsumer": "shoal.client.consumer",
-    "ConsumerRebalanceListener": "shoal.client.consumer",
-    "OffsetAndMetadata": "shoal.client.consumer",
-    "OffsetAndTimestamp": "shoal.client.consumer",
-    "AsyncShareConsumer": "shoal.client.share_consumer",
-    "AcknowledgeType": "shoal.client.share_consumer",
-    "AsyncAdmin": "shoal.client.admin",
-    "ConsumerRecord": "shoal.client.records",
-    "TopicPartition": "shoal.client.cluster",
-    "ConfigError": "shoal.client.errors",
-    "KafkaClientError": "shoal.client.errors",
+    **dict.fromkeys(_CLIENT_NAMES, "shoal.client"),
     "ErrorCode": "shoal.protocol.errors",
     "EmbeddedBroker": "shoal.testing",
 }

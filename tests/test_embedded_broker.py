@@ -43,6 +43,16 @@ def rdk_consume(bootstrap: str, topic: str, n: int, group: str, timeout: float =
     return got
 
 
+def kp_consume(bootstrap: str, topic: str, n: int, group: str, timeout_ms: int = 20000) -> list[bytes]:
+    consumer = kafka.KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", consumer_timeout_ms=timeout_ms
+    )
+    try:
+        return [m.value for _, m in zip(range(n), consumer)]
+    finally:
+        consumer.close()
+
+
 # -- the fixtures, with every client --------------------------------------------------------
 def test_confluent_producer_and_consumer_on_the_fixture(shoal_broker, shoal_bootstrap_servers) -> None:
     shoal_broker.create_topic("rdk", 1)
@@ -88,18 +98,7 @@ def test_kafka_python_on_the_fixture(shoal_broker, shoal_bootstrap_servers) -> N
         producer.send("kp", b"m%d" % i)
     producer.flush(20)
     producer.close()
-    consumer = kafka.KafkaConsumer(
-        "kp",
-        bootstrap_servers=shoal_bootstrap_servers,
-        group_id="g-kp",
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=10000,
-    )
-    try:
-        got = [m.value for _, m in zip(range(10), consumer)]
-    finally:
-        consumer.close()
-    assert got == [b"m%d" % i for i in range(10)]
+    assert kp_consume(shoal_bootstrap_servers, "kp", 10, "g-kp", 10000) == [b"m%d" % i for i in range(10)]
 
 
 async def test_aiokafka_on_the_fixture(shoal_broker, shoal_bootstrap_servers) -> None:
@@ -172,18 +171,7 @@ def test_kafka_python_consumer_retries_through_coordinator_not_available(shoal_b
     shoal_broker.create_topic("cna", 1)
     shoal_broker.produce("cna", b"one")
     shoal_broker.faults.fail("FindCoordinator", "COORDINATOR_NOT_AVAILABLE", times=3)
-    consumer = kafka.KafkaConsumer(
-        "cna",
-        bootstrap_servers=shoal_broker.bootstrap_servers,
-        group_id="g-cna",
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=20000,
-    )
-    try:
-        got = [m.value for _, m in zip(range(1), consumer)]
-    finally:
-        consumer.close()
-    assert got == [b"one"]
+    assert kp_consume(shoal_broker.bootstrap_servers, "cna", 1, "g-cna") == [b"one"]
     assert shoal_broker.faults.injected["FindCoordinator:fail"] == 3
 
 
