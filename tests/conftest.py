@@ -2,10 +2,11 @@
 its own topics), and a factory for tests that need brokers of their own
 (crashes, restarts, special settings).
 
-Both run the broker in this process (``InProcessBroker``: shoal.testing's
-EmbeddedBroker on a thread) unless the process is the point: signals, exit
-codes, ``kill -9`` at an arbitrary instant, memory of the broker process
-(``broker_factory(..., process=True)``, or ``BrokerProcess`` directly)."""
+The factory runs each broker in this process (``InProcessBroker``:
+shoal.testing's EmbeddedBroker on a thread) unless the process is the point:
+signals, exit codes, ``kill -9`` at an arbitrary instant, memory of the broker
+process (``broker_factory(..., process=True)``). The shared broker is a
+process (see below)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
-    b = InProcessBroker(tmp_path_factory.mktemp("shared") / "data")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    # A process, not in-process: it collects every interop test's topics and keeps each
+    # partition's files open, and in this process those descriptors went past 1024, where
+    # py4j's select() fails (the Spark tests' callback server died; a query never stopped).
+    b = BrokerProcess(tmp_path_factory.mktemp("shared") / "data")
     b.start()
     yield b
     b.stop()
