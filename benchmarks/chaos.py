@@ -48,10 +48,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from share_fetch import create_topic, group_config, rss_anon  # noqa: E402
+
 from shoal.protocol.api import api_by_name  # noqa: E402
 from shoal.protocol.frames import encode_request  # noqa: E402
 from shoal.protocol.records import build_batch  # noqa: E402
-
 from tests.brokers import BrokerProcess, RawClient  # noqa: E402
 
 TOPIC, GROUP, PARTITIONS = "chaos", "chaos-share", 3
@@ -126,7 +126,7 @@ def rdk_producer(bootstrap: str, ledger: Ledger, stop: threading.Event) -> None:
 
 
 async def ours_producer(bootstrap: str, ledger: Ledger, stop: threading.Event) -> None:
-    from shoal.client.producer import AsyncProducer
+    from shoal.client.producer.producer import AsyncProducer
 
     async with AsyncProducer(
         {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "delivery.timeout.ms": 300_000}
@@ -174,7 +174,7 @@ def rdk_share_consumer(bootstrap: str, ledger: Ledger, stop: threading.Event) ->
 
 
 async def ours_share_consumer(bootstrap: str, ledger: Ledger, stop: threading.Event) -> None:
-    from shoal.client.share_consumer import AsyncShareConsumer
+    from shoal.client.share.consumer import AsyncShareConsumer
 
     sc = AsyncShareConsumer(
         {"bootstrap.servers": bootstrap, "group.id": GROUP, "share.acknowledgement.mode": "explicit"}

@@ -50,8 +50,8 @@ def fill(bootstrap: str, topic: str, records: int, size: int, partitions: int) -
 
 
 async def ours(bootstrap: str, topic: str, partitions: int, total: int) -> float:
-    from shoal.client.cluster import TopicPartition
-    from shoal.client.consumer import AsyncConsumer
+    from shoal.client.consumer.consumer import AsyncConsumer
+    from shoal.client.core.cluster import TopicPartition
 
     async with AsyncConsumer(
         {"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest", "max.poll.records": 10000}

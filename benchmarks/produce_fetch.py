@@ -428,6 +428,7 @@ def _pump(bootstrap: str, frames: list[bytes], in_flight: int) -> float:
     import struct
 
     import uvloop
+
     from shoal.protocol.frames import decode_response
 
     host, port = bootstrap.split(":")
@@ -536,7 +537,7 @@ def latency(bootstrap: str, topic: str, count: int) -> tuple[float, float]:
 
 
 def timer_figures() -> tuple[float, float]:
-    from shoal.broker.timing_wheel import TimerTask, TimingWheel
+    from shoal.broker.timing.wheel import TimerTask, TimingWheel
 
     wheel = TimingWheel(0)
     tasks = [TimerTask(1 + (i * 7919) % 600_000) for i in range(1_000_000)]

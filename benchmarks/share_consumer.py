@@ -44,8 +44,8 @@ from share_fetch import (  # noqa: E402
     share_consumer_run,
     wait_acknowledged,
 )
-from shoal.client.share_consumer import AsyncShareConsumer  # noqa: E402
 
+from shoal.client.share.consumer import AsyncShareConsumer  # noqa: E402
 from tests.brokers import BrokerProcess  # noqa: E402
 
 

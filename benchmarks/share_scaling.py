@@ -198,7 +198,8 @@ def run_librdkafka(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int
 
 def run_ours(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int) -> Tally:
     import uvloop
-    from shoal.client.share_consumer import AsyncShareConsumer
+
+    from shoal.client.share.consumer import AsyncShareConsumer
 
     tally = Tally(bytearray(n))
 

@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from share_fetch import cpu_seconds, create_topic, group_config, rss_anon  # noqa: E402
+
 from shoal.protocol.api import api_by_name  # noqa: E402
 from shoal.protocol.frames import encode_request  # noqa: E402
-
 from tests.brokers import BrokerProcess  # noqa: E402
 
 TOPIC, GROUP = "soak", "soak-share"
@@ -83,7 +83,7 @@ async def idle_connection(port: int, stop: asyncio.Event, stats: Stats, ready: l
 
 
 async def member(bootstrap: str, stop: asyncio.Event, stats: Stats, joined: list[int]) -> None:
-    from shoal.client.share_consumer import AsyncShareConsumer
+    from shoal.client.share.consumer import AsyncShareConsumer
 
     sc = AsyncShareConsumer(
         {"bootstrap.servers": bootstrap, "group.id": GROUP, "share.acknowledgement.mode": "explicit"}
@@ -123,7 +123,7 @@ async def member(bootstrap: str, stop: asyncio.Event, stats: Stats, joined: list
 
 
 async def producer(bootstrap: str, rate: int, stop: asyncio.Event, stats: Stats) -> None:
-    from shoal.client.producer import AsyncProducer
+    from shoal.client.producer.producer import AsyncProducer
 
     async with AsyncProducer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5}) as p:
         pending: list[Any] = []

@@ -102,7 +102,8 @@ def session() -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
     from pyspark.sql import SparkSession
-    from shoal.client.spark import register
+
+    from shoal.client.spark.source import register
 
     spark = (
         SparkSession.builder.master("local[2]")
@@ -296,7 +297,7 @@ def bench_stream(
 def _wait_lag_zero(bootstrap: str, group: str, timeout: float) -> int | None:
     import asyncio
 
-    from shoal.client.admin import AsyncAdmin
+    from shoal.client.admin.client import AsyncAdmin
 
     async def lag() -> int | None:
         async with AsyncAdmin({"bootstrap.servers": bootstrap}) as admin:

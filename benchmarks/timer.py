@@ -33,8 +33,9 @@ from heapq import heappop, heappush
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import uvloop
-from shoal.broker.timer import AsyncTimer
-from shoal.broker.timing_wheel import TimerTask, TimingWheel
+
+from shoal.broker.timing.timer import AsyncTimer
+from shoal.broker.timing.wheel import TimerTask, TimingWheel
 
 SPREAD_MS = 30_000
 

@@ -20,12 +20,7 @@ RUN groupadd --system --gid 10002 spark \
 
 WORKDIR /opt/shoal
 COPY pyproject.toml README.md ./
-COPY schemas ./schemas
-COPY protocol ./protocol
-COPY broker ./broker
-COPY client ./client
 COPY shoal ./shoal
-COPY setup.py ./
 RUN pip install '.[spark]' && rm -rf /opt/shoal/build
 COPY examples ./examples
 

@@ -5,7 +5,7 @@
         --bootstrap-servers localhost:9092 --topic events --output /tmp/events-backfill \
         --starting-offsets earliest --ending-offsets latest
 
-The ``shoal`` batch reader (client/spark_batch.py) plans exact per-partition
+The ``shoal`` batch reader (shoal/client/spark/batch.py) plans exact per-partition
 ranges on the driver and reads them on the executors with Fetch, in
 parallel: ``--min-partitions`` / ``--max-records-per-partition`` set how many
 tasks. Offsets are Spark's Kafka-source forms: ``earliest``, ``latest`` or
@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 
 def backfill(spark: Any, args: argparse.Namespace) -> dict[int, int]:
     """Write the selected records to ``args.output``; returns rows per partition."""
-    from shoal.client.spark import register
+    from shoal.client.spark.source import register
 
     register(spark)
     reader = (

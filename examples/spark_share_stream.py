@@ -5,7 +5,7 @@
         --bootstrap-servers localhost:9092 --topic events --group parquet-sink \
         --output /tmp/events --checkpoint /tmp/events-checkpoint
 
-The ``shoal`` source (client/spark_stream.py) is at-least-once: it
+The ``shoal`` source (shoal/client/spark/stream.py) is at-least-once: it
 acknowledges a micro-batch's records only after Spark committed the batch,
 so a failure between the sink's write and that commit delivers them again
 (with ``deliveryCount`` >= 2). ``merge_batch`` makes the sink idempotent by
@@ -69,7 +69,7 @@ def _table_exists(output: str) -> bool:
 
 
 def build_query(spark: Any, args: argparse.Namespace) -> Any:
-    from shoal.client.spark import register
+    from shoal.client.spark.source import register
 
     register(spark)
     reader = (

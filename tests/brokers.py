@@ -131,8 +131,7 @@ class InProcessBroker:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> InProcessBroker:
-        from shoal.broker.configdefs import BROKER_CONFIGS
-
+        from shoal.broker.config.broker_keys import BROKER_CONFIGS
         from shoal.testing import EmbeddedBroker
 
         settings: dict[str, str] = {

@@ -51,7 +51,8 @@ def get_spark() -> Any:
             os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
             os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
             from pyspark.sql import SparkSession
-            from shoal.client.spark import register
+
+            from shoal.client.spark.source import register
 
             spark = (
                 SparkSession.builder.master("local[2]")
@@ -137,8 +138,8 @@ def run_async(coro_fn: Callable[[], Any]) -> Any:
 
 def set_group_config(bootstrap: str, group: str, **settings: str) -> None:
     """Share-group settings (``share_record_lock_duration_ms="2000"``) before the group starts."""
-    from shoal.client.admin import AsyncAdmin
-    from shoal.client.admin_types import AlterConfigOp, ConfigResource
+    from shoal.client.admin.client import AsyncAdmin
+    from shoal.client.admin.types import AlterConfigOp, ConfigResource
 
     ops = [AlterConfigOp(k.replace("_", "."), str(v)) for k, v in settings.items()]
 
@@ -154,7 +155,7 @@ def set_group_config(bootstrap: str, group: str, **settings: str) -> None:
 
 def share_lag(bootstrap: str, group: str) -> int | None:
     """Records of the group's partitions not yet acknowledged (None until the group has state)."""
-    from shoal.client.admin import AsyncAdmin
+    from shoal.client.admin.client import AsyncAdmin
 
     async def go() -> int | None:
         async with AsyncAdmin({"bootstrap.servers": bootstrap}) as admin:

@@ -15,7 +15,9 @@ import random
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
-from shoal.client.accumulator import (
+
+from shoal.client.core.errors import BrokerResponseError, KafkaConnectionError, KafkaTimeoutError
+from shoal.client.producer.accumulator import (
     BATCH_OVERHEAD,
     MAX_IN_FLIGHT_PER_PARTITION,
     Outcome,
@@ -23,7 +25,6 @@ from shoal.client.accumulator import (
     RecordAccumulator,
     record_size,
 )
-from shoal.client.errors import BrokerResponseError, KafkaConnectionError, KafkaTimeoutError
 from shoal.protocol.errors import ErrorCode
 
 

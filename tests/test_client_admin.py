@@ -10,10 +10,11 @@ import time
 import uuid
 
 import pytest
-from shoal.client.admin import AsyncAdmin, first_error, raise_for_errors
-from shoal.client.admin_group_protocol import build_list_groups, parse_describe_group
-from shoal.client.admin_protocol import TOPIC_ADMIN_RETRY, EntityBatch, build_delete_topics, entity_error
-from shoal.client.admin_types import (
+
+from shoal.client.admin.client import AsyncAdmin, first_error, raise_for_errors
+from shoal.client.admin.group_protocol import build_list_groups, parse_describe_group
+from shoal.client.admin.protocol import TOPIC_ADMIN_RETRY, EntityBatch, build_delete_topics, entity_error
+from shoal.client.admin.types import (
     AlterConfigOp,
     ConfigResource,
     ConfigSource,
@@ -22,12 +23,11 @@ from shoal.client.admin_types import (
     OffsetSpec,
     ResourceType,
 )
-from shoal.client.cluster import TopicPartition
-from shoal.client.errors import BrokerResponseError, KafkaClientError, UnsupportedVersionError
+from shoal.client.core.cluster import TopicPartition
+from shoal.client.core.errors import BrokerResponseError, KafkaClientError, UnsupportedVersionError
 from shoal.protocol.api import api_by_name, codec
 from shoal.protocol.coordinator_records import encode_versioned
 from shoal.protocol.errors import ErrorCode
-
 from tests.brokers import BrokerProcess, RawClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")

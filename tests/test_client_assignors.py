@@ -17,21 +17,30 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from shoal.client.assignors import (
-    MemberSubscription,
+
+from shoal.client.consumer.assignors.builtin import (
     RangeAssignor,
     StickyAssignor,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
     make_assignors,
     range_assign,
     roundrobin_assign,
 )
-from shoal.client.cluster import TopicPartition
-from shoal.client.java_order import JavaHashMap, JavaHashSet, java_sorted, java_string_hash, topic_partition_hash
-from shoal.client.sticky_assignor import decode_user_data, encode_user_data, sticky_assign
+from shoal.client.consumer.assignors.java_order import (
+    JavaHashMap,
+    JavaHashSet,
+    java_sorted,
+    java_string_hash,
+    topic_partition_hash,
+)
+from shoal.client.consumer.assignors.sticky import decode_user_data, encode_user_data, sticky_assign
+from shoal.client.consumer.assignors.subscription import (
+    MemberSubscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from shoal.client.core.cluster import TopicPartition
 from shoal.protocol.api import codec
 
 

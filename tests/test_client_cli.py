@@ -12,8 +12,9 @@ import sys
 import time
 
 import pytest
-from shoal.client.cli import _settings, build_parser
-from shoal.client.cli_support import (
+
+from shoal.client.cli.main import _settings, build_parser
+from shoal.client.cli.support import (
     Progress,
     UsageError,
     format_table,
@@ -22,9 +23,8 @@ from shoal.client.cli_support import (
     parse_topic_partitions,
     plan_reset,
 )
-from shoal.client.cluster import TopicPartition
+from shoal.client.core.cluster import TopicPartition
 from shoal.protocol.api import api_by_name
-
 from tests.brokers import ROOT, BrokerProcess, RawClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -48,7 +48,7 @@ def broker(tmp_path_factory):
 
 def shoal(*args: str, b: BrokerProcess | None = None, stdin: str | None = None, timeout: float = 60):
     """Run the CLI; returns (exit code, stdout, stderr)."""
-    argv = [sys.executable, "-m", "shoal.client.cli", *args]
+    argv = [sys.executable, "-m", "shoal.client.cli.main", *args]
     if b is not None:
         argv += ["--bootstrap-server", b.bootstrap]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -487,7 +487,7 @@ def test_configs_verbs(broker, topic_name) -> None:
 
 
 def test_produce_lines_judged_by_librdkafka(broker, topic_name) -> None:
-    pytest.importorskip("shoal.client.producer")
+    pytest.importorskip("shoal.client.producer.producer")
     assert shoal("topics", "create", topic_name, "--partitions", "2", b=broker)[0] == 0
     lines = "".join(f"k{i}:v{i}\n" for i in range(30))
     rc, out, err = shoal("produce", topic_name, "--key-separator", ":", "--header", "h=1", b=broker, stdin=lines)
@@ -517,7 +517,7 @@ def test_produce_lines_judged_by_librdkafka(broker, topic_name) -> None:
 
 @pytest.mark.skipif(not hasattr(confluent_kafka, "ShareConsumer"), reason="no ShareConsumer in this confluent-kafka")
 def test_share_consume_acknowledges_by_pattern(broker, topic_name) -> None:
-    pytest.importorskip("shoal.client.share_consumer")
+    pytest.importorskip("shoal.client.share.consumer")
     group, other = topic_name + "-sg", topic_name + "-sg2"
     assert shoal("topics", "create", topic_name, b=broker)[0] == 0
     for g in (group, other):
@@ -540,7 +540,7 @@ def test_share_consume_acknowledges_by_pattern(broker, topic_name) -> None:
 
 
 def test_consume_partition_and_group(broker, topic_name) -> None:
-    pytest.importorskip("shoal.client.consumer")
+    pytest.importorskip("shoal.client.consumer.consumer")
     group = topic_name + "-g"
     assert shoal("topics", "create", topic_name, "--partitions", "2", b=broker)[0] == 0
     p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})

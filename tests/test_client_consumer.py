@@ -16,20 +16,21 @@ from collections import deque
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from shoal.client.cluster import TopicPartition
-from shoal.client.config import build_config
-from shoal.client.consumer import AsyncConsumer, OffsetAndMetadata, OffsetAndTimestamp
-from shoal.client.core import ClientCore
-from shoal.client.errors import (
+
+from shoal.client.consumer.consumer import AsyncConsumer, OffsetAndMetadata, OffsetAndTimestamp
+from shoal.client.consumer.fetcher import CompletedFetch, Fetcher, next_fetch_offset
+from shoal.client.consumer.subscription_state import SubscriptionState
+from shoal.client.core.client_core import ClientCore
+from shoal.client.core.cluster import TopicPartition
+from shoal.client.core.config import build_config
+from shoal.client.core.errors import (
     ConfigError,
     IllegalStateError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RecordDeserializationError,
 )
-from shoal.client.fetcher import CompletedFetch, Fetcher, next_fetch_offset
-from shoal.client.records import ConsumerRecord, decode_record_set_for
-from shoal.client.subscription_state import SubscriptionState
+from shoal.client.core.records import ConsumerRecord, decode_record_set_for
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.records import ControlType, build_batch, build_control_batch
 

@@ -16,11 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from shoal.client.cluster import ClusterMetadata, TopicPartition
-from shoal.client.config import build_config, parse_bootstrap
-from shoal.client.conn import BrokerConnection
-from shoal.client.core import Backoff, ClientCore
-from shoal.client.errors import (
+
+from shoal.client.core.client_core import Backoff, ClientCore
+from shoal.client.core.cluster import ClusterMetadata, TopicPartition
+from shoal.client.core.config import build_config, parse_bootstrap
+from shoal.client.core.conn import BrokerConnection
+from shoal.client.core.errors import (
     BrokerResponseError,
     ClientClosedError,
     ConfigError,

@@ -1,6 +1,6 @@
 """AsyncConsumer in classic consumer groups: the sans-IO member rules, then real groups on a real broker.
 
-The member state machine (``client.group_membership``) is driven directly
+The member state machine (``client.consumer.group.membership``) is driven directly
 with error codes and a clock. The end-to-end tests run our consumers as
 asyncio tasks and confluent-kafka (librdkafka) consumers in threads in the
 same group on a broker process, and check what Kafka promises: every record
@@ -23,13 +23,14 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-from shoal.client.assignors import MemberSubscription, decode_assignment, range_assign, roundrobin_assign
-from shoal.client.cluster import TopicPartition
-from shoal.client.consumer import AsyncConsumer, ConsumerRebalanceListener
-from shoal.client.errors import BrokerResponseError, ClientClosedError, CommitFailedError, KafkaTimeoutError
-from shoal.client.group_membership import Generation, GroupMembership, MemberState, Next
-from shoal.protocol.errors import ErrorCode
 
+from shoal.client.consumer.assignors.builtin import range_assign, roundrobin_assign
+from shoal.client.consumer.assignors.subscription import MemberSubscription, decode_assignment
+from shoal.client.consumer.consumer import AsyncConsumer, ConsumerRebalanceListener
+from shoal.client.consumer.group.membership import Generation, GroupMembership, MemberState, Next
+from shoal.client.core.cluster import TopicPartition
+from shoal.client.core.errors import BrokerResponseError, ClientClosedError, CommitFailedError, KafkaTimeoutError
+from shoal.protocol.errors import ErrorCode
 from tests.brokers import BrokerProcess, RawClient
 
 GROUP_SETTINGS = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000")
@@ -605,7 +606,7 @@ async def test_static_member_fenced_by_a_newer_instance(group_broker, topic_name
 
 def test_commit_while_group_prepares_rebalance_is_accepted(group_broker, topic_name) -> None:
     """Broker, as Kafka: a current-generation commit is refused only in CompletingRebalance."""
-    from shoal.client.assignors import MemberSubscription, encode_subscription
+    from shoal.client.consumer.assignors.subscription import MemberSubscription, encode_subscription
 
     group = "g-" + topic_name
     meta = encode_subscription(MemberSubscription((topic_name,)))

@@ -10,9 +10,9 @@ import random
 
 import pytest
 from confluent_kafka import Producer
-from shoal.client.partitioner import Partitioner, key_partition, murmur2
-from shoal.client.producer import AsyncProducer
 
+from shoal.client.producer.partitioner import Partitioner, key_partition, murmur2
+from shoal.client.producer.producer import AsyncProducer
 from tests.test_broker_clients import QUIET, create_topic
 
 # Apache Kafka's UtilsTest.testMurmur2, plus short keys checked against Utils.murmur2 elsewhere.

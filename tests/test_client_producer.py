@@ -20,11 +20,11 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from shoal.client.errors import BrokerResponseError, ClientClosedError, ConfigError, KafkaTimeoutError
-from shoal.client.producer import AsyncProducer, RecordFuture, RecordMetadata
+
+from shoal.client.core.errors import BrokerResponseError, ClientClosedError, ConfigError, KafkaTimeoutError
+from shoal.client.producer.producer import AsyncProducer, RecordFuture, RecordMetadata
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.records import TimestampType
-
 from tests.test_broker_clients import QUIET, create_topic
 from tests.test_broker_idempotence import DroppingProxy, _free_port
 

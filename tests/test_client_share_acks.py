@@ -1,6 +1,6 @@
 """The share consumer's sans-IO pieces without a socket: the acknowledgement
-tracker (client/share_acks.py), share-session planning and record decoding
-(client/share_session.py). A hypothesis state machine drives the tracker
+tracker (shoal/client/share/acks.py), share-session planning and record decoding
+(shoal/client/share/session.py). A hypothesis state machine drives the tracker
 with random polls, acknowledgements, sends and answers against a plain
 model of what each offset should be."""
 
@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from shoal.client.cluster import TopicPartition
-from shoal.client.errors import IllegalStateError
-from shoal.client.records import ConsumerRecord
-from shoal.client.share_acks import AckBatch, AcknowledgeType, AckTracker, PartitionAcks, ack_batches
-from shoal.client.share_session import (
+
+from shoal.client.core.cluster import TopicPartition
+from shoal.client.core.errors import IllegalStateError
+from shoal.client.core.records import ConsumerRecord
+from shoal.client.share.acks import AckBatch, AcknowledgeType, AckTracker, PartitionAcks, ack_batches
+from shoal.client.share.session import (
     FINAL_EPOCH,
     PREFETCH_BACKOFF_MAX,
     PrefetchGate,

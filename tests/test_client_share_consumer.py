@@ -13,18 +13,18 @@ import time
 from collections import Counter
 
 import pytest
-from shoal.client.cluster import TopicPartition
-from shoal.client.errors import (
+
+from shoal.client.core.cluster import TopicPartition
+from shoal.client.core.errors import (
     BrokerResponseError,
     ClientClosedError,
     ConfigError,
     IllegalStateError,
     RecordDeserializationError,
 )
-from shoal.client.share_consumer import AcknowledgeType, AsyncShareConsumer
+from shoal.client.share.consumer import AcknowledgeType, AsyncShareConsumer
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
-
 from tests.brokers import BrokerProcess, RawClient
 from tests.test_broker_protocol import create
 from tests.test_share_fetch_clients import FAST, group_config

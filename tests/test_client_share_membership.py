@@ -1,4 +1,4 @@
-"""ShareMembership (client/share_membership.py) driven directly with a fake clock:
+"""ShareMembership (shoal/client/share/membership.py) driven directly with a fake clock:
 joins, intervals, subscription changes, fencing, retries, fatal errors, the
 poll timer and leaving; plus a hypothesis run of random answers checking the
 protocol rules every heartbeat must follow."""
@@ -9,7 +9,8 @@ import uuid
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shoal.client.share_membership import MemberState, ShareMembership, new_member_id
+
+from shoal.client.share.membership import MemberState, ShareMembership, new_member_id
 from shoal.protocol.errors import ErrorCode
 
 T1, T2 = uuid.UUID(int=1), uuid.UUID(int=2)

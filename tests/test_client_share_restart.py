@@ -11,10 +11,10 @@ import signal
 import time
 
 import pytest
-from shoal.client.cluster import TopicPartition
-from shoal.client.errors import KafkaConnectionError
-from shoal.client.share_consumer import AcknowledgeType, AsyncShareConsumer
 
+from shoal.client.core.cluster import TopicPartition
+from shoal.client.core.errors import KafkaConnectionError
+from shoal.client.share.consumer import AcknowledgeType, AsyncShareConsumer
 from tests.test_client_share_consumer import acknowledged_up_to, poll_until, produce, setup
 from tests.test_share_fetch_clients import FAST
 

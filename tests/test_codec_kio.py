@@ -1,6 +1,6 @@
 """Our codec against kio, which is generated from Apache Kafka's own specs.
 
-For every (message, version) in schemas/: a random message encoded by us must
+For every (message, version) in shoal/schemas/: a random message encoded by us must
 be byte-identical to kio's encoding of the same values, kio must decode our
 bytes to those values, and we must decode kio's bytes back to our object.
 The version ranges must be exactly kio's.
@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from shoal.protocol import construct_codec
 from shoal.protocol import spec as S
 from shoal.protocol.api import codec
-
 from tests import kio_bridge as kb
 from tests.spec_strategies import message
 

@@ -10,7 +10,9 @@ import pickle
 from datetime import timedelta
 
 import pytest
-from shoal.broker.config import (
+
+from shoal.broker.config.keys import SAME_AS_KAFKA, SHOAL_ONLY, render_value
+from shoal.broker.config.settings import (
     BROKER_CONFIGS,
     GROUP_CONFIGS,
     TOPIC_CONFIGS,
@@ -30,7 +32,6 @@ from shoal.broker.config import (
     validate_group_configs,
     validate_topic_configs,
 )
-from shoal.broker.configdefs import SAME_AS_KAFKA, SHOAL_ONLY, render_value
 
 LONG_MAX = 9223372036854775807
 INT_MAX = 2147483647

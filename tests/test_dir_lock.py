@@ -7,8 +7,8 @@ import sys
 import time
 
 import pytest
-from shoal.broker.dir_lock import DataDirLocked, DirLock
 
+from shoal.broker.log.dir_lock import DataDirLocked, DirLock
 from tests.brokers import ROOT, BrokerProcess, _env
 
 

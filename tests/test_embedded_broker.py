@@ -215,7 +215,7 @@ async def test_async_use_runs_on_the_callers_loop() -> None:
 
 
 def test_settings_are_checked_at_construction() -> None:
-    from shoal.broker.configdefs import ConfigError
+    from shoal.broker.config.keys import ConfigError
 
     with pytest.raises(ConfigError, match=r"num\.partitions"):
         EmbeddedBroker(num_partitions=0)
@@ -291,7 +291,6 @@ def test_200_brokers_leak_no_threads_descriptors_or_tasks() -> None:
 
 def test_a_failed_acks0_produce_closes_the_connection_as_kafka_does() -> None:
     from shoal.protocol.api import api_by_name
-
     from tests.brokers import RawClient
 
     P = api_by_name("Produce").request_class()

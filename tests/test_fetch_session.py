@@ -10,7 +10,8 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from shoal.broker.fetch_session import (
+
+from shoal.broker.partition.fetch_session import (
     INT32_MAX,
     ContextKind,
     FetchSessionCache,

@@ -6,7 +6,8 @@ import asyncio
 import os
 
 import pytest
-from shoal.broker.flusher import Flusher
+
+from shoal.broker.log.flusher import Flusher
 
 
 class FakeLog:

@@ -11,9 +11,10 @@ import time
 from typing import Any
 
 import pytest
-from shoal.broker.buffers import GRANULE, FramePool, in_use
-from shoal.broker.clock import ManualClock
-from shoal.broker.connection import NO_RESPONSE, Connection
+
+from shoal.broker.net.buffers import GRANULE, FramePool, in_use
+from shoal.broker.net.connection import NO_RESPONSE, Connection
+from shoal.broker.timing.clock import ManualClock
 from shoal.protocol.api import api_by_name
 from shoal.protocol.frames import encode_request
 from shoal.protocol.records import build_batch

@@ -15,7 +15,7 @@ import asyncio
 from pathlib import Path
 
 from shoal.broker.broker import Broker
-from shoal.broker.config import BrokerConfig
+from shoal.broker.config.settings import BrokerConfig
 from shoal.broker.groups.classic import GroupState, JoinParams
 from shoal.protocol.errors import ErrorCode
 

@@ -22,12 +22,12 @@ from confluent_kafka.admin import (
     ConfigSource,
     ResourceType,
 )
-from shoal.broker.config import BrokerConfig
-from shoal.broker.config import ConfigSource as Source
-from shoal.broker.group_configs import FILE_NAME, OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT, GroupConfigs
+
+from shoal.broker.config.group_configs import FILE_NAME, OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT, GroupConfigs
+from shoal.broker.config.settings import BrokerConfig
+from shoal.broker.config.settings import ConfigSource as Source
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
-
 from tests.brokers import BrokerProcess, RawClient
 
 _IAC = api_by_name("IncrementalAlterConfigs").request_class()
@@ -186,7 +186,7 @@ def test_failed_write_changes_nothing(tmp_path: Path, monkeypatch: pytest.Monkey
     def broken(*args: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("shoal.broker.group_configs.os.replace", broken)
+    monkeypatch.setattr("shoal.broker.config.group_configs.os.replace", broken)
     with rejected(ErrorCode.KAFKA_STORAGE_ERROR, "disk full"):
         s.alter("g", [op("share.delivery.count.limit", "3")])
     with rejected(ErrorCode.KAFKA_STORAGE_ERROR):

@@ -12,8 +12,8 @@ import asyncio
 from pathlib import Path
 
 from shoal.broker.broker import Broker
-from shoal.broker.config import BrokerConfig
-from shoal.client.conn import BrokerConnection
+from shoal.broker.config.settings import BrokerConfig
+from shoal.client.core.conn import BrokerConnection
 from shoal.protocol.api import api_by_name
 from shoal.protocol.records import build_batch
 

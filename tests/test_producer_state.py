@@ -9,7 +9,8 @@ import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shoal.broker.producer_state import (
+
+from shoal.broker.partition.producer_state import (
     APPEND,
     INT32_MAX,
     AbortedTxn,

@@ -10,9 +10,10 @@ import pytest
 import uvloop
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shoal.broker.purgatory import DelayedOperation, Purgatory
-from shoal.broker.timer import AsyncTimer
-from shoal.broker.timing_wheel import Timer, TimerTask
+
+from shoal.broker.timing.purgatory import DelayedOperation, Purgatory
+from shoal.broker.timing.timer import AsyncTimer
+from shoal.broker.timing.wheel import Timer, TimerTask
 
 
 class Op(DelayedOperation):

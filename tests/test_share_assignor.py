@@ -1,4 +1,4 @@
-"""Tests for the share-group SimpleAssignor (broker/share/assignor.py)."""
+"""Tests for the share-group SimpleAssignor (shoal/broker/share/assignor.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from shoal.broker.share.assignor import assign
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from shoal.broker.broker import Broker
-from shoal.broker.config import BrokerConfig
+from shoal.broker.config.settings import BrokerConfig
 from shoal.broker.log import LogConfig, OffsetOutOfRange, PartitionLog
 from shoal.broker.share.coordinator import TOPIC, ShareCoordinator, coordinator_key, kafka_uuid, state_partition
 from shoal.broker.share.state import ShareStateShard
@@ -27,7 +28,6 @@ from shoal.protocol.api import api_by_name
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.records import build_batch
-
 from tests.brokers import BrokerProcess, RawClient
 
 SERDE = serde("share")

@@ -1,4 +1,4 @@
-"""The share-group membership state machine (broker/share/group.py), driven with a fake clock."""
+"""The share-group membership state machine (shoal/broker/share/group.py), driven with a fake clock."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import uuid
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from shoal.broker.share.group import HeartbeatResult, InitState, ShareGroup
 from shoal.protocol.errors import ErrorCode
 

@@ -1,4 +1,4 @@
-"""Share groups written as records and replayed (broker/share/group_records.py).
+"""Share groups written as records and replayed (shoal/broker/share/group_records.py).
 
 Every operation's diff is encoded with the real serde, decoded again and
 replayed into a fresh set of groups; the rebuilt group must equal the live one
@@ -11,6 +11,7 @@ import uuid
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from shoal.broker.coordinator.runtime import Record
 from shoal.broker.share.group import ShareGroup
 from shoal.broker.share.group_records import ShareGroupReplayer, diff_records, image, tombstones

@@ -19,11 +19,11 @@ import sys
 import time
 
 import pytest
+
 from shoal.client import AsyncAdmin
-from shoal.client.cluster import TopicPartition
+from shoal.client.core.cluster import TopicPartition
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
-
 from tests.brokers import ROOT, BrokerProcess, RawClient
 from tests.test_broker_protocol import create
 
@@ -195,7 +195,7 @@ def test_seed_survives_a_crash_and_the_clients_seed_new_groups(broker_factory, t
     assert asyncio.run(seed()) == {TopicPartition(topic_name, 0): None}
     # shoal share-groups reset-offsets on a group that does not exist yet.
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "shoal.client.cli", "share-groups", "reset-offsets", "--group", cli_group]
+    argv = [sys.executable, "-m", "shoal.client.cli.main", "share-groups", "reset-offsets", "--group", cli_group]
     argv += ["--topic", topic_name, "--to-offset", "9", "--execute", "--bootstrap-server", b.bootstrap]
     p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert p.returncode == 0, p.stderr

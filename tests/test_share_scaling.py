@@ -1,6 +1,6 @@
 """Many members on one share partition (the queue-scaling issue), over real sockets:
 record_limit never hands out more than MaxRecords, and a large batch of small records is
-sent cut down to the acquired records (protocol/record_slice.py) with every record intact;
+sent cut down to the acquired records (shoal/protocol/record_slice.py) with every record intact;
 a member parked in a long ShareFetch gets records another member releases within
 milliseconds, not at MaxWaitMs; acknowledgements of many members at once are all durable.
 
@@ -13,10 +13,10 @@ import threading
 import time
 
 import pytest
+
 from shoal.protocol.api import api_by_name
 from shoal.protocol.record_slice import RecordIndex
 from shoal.protocol.records import build_batch, iter_batches
-
 from tests.brokers import RawClient
 from tests.test_broker_durability import _produce_topic
 from tests.test_share_fetch_protocol import (

@@ -13,17 +13,18 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shoal.client.cluster import TopicPartition
-from shoal.client.errors import ConfigError
-from shoal.client.spark_ledger import BatchLedger, make_offset, parse_offset
-from shoal.client.spark_offsets import (
+
+from shoal.client.core.cluster import TopicPartition
+from shoal.client.core.errors import ConfigError
+from shoal.client.spark.ledger import BatchLedger, make_offset, parse_offset
+from shoal.client.spark.offsets import (
     OffsetRange,
     check_known_partitions,
     resolve_ranges,
     split_ranges,
     timestamps_to_look_up,
 )
-from shoal.client.spark_options import STREAM_MAX_POLL_RECORDS, OffsetSpec, parse_offset_spec, parse_source_options
+from shoal.client.spark.options import STREAM_MAX_POLL_RECORDS, OffsetSpec, parse_offset_spec, parse_source_options
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
 

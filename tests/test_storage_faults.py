@@ -27,17 +27,17 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
+
 from shoal.broker.broker import CLEAN_SHUTDOWN, Broker
-from shoal.broker.config import BrokerConfig
+from shoal.broker.config.settings import BrokerConfig
 from shoal.broker.log import LogConfig, LogFailed, PartitionLog
 from shoal.broker.log.fileops import FileOps
 from shoal.broker.log.log_dir import LogDir
 from shoal.broker.share.coordinator import coordinator_key
-from shoal.client.conn import BrokerConnection
+from shoal.client.core.conn import BrokerConnection
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.records import build_batch, iter_batches
-
 from tests.brokers import BrokerProcess, RawClient, fetch_request
 from tests.test_broker_clients import QUIET
 from tests.test_broker_protocol import create

@@ -7,7 +7,8 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shoal.broker.timing_wheel import Timer, TimerTask, TimingWheel
+
+from shoal.broker.timing.wheel import Timer, TimerTask, TimingWheel
 
 DAY = 86_400_000
 

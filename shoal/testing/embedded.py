@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from shoal.broker.broker import Broker
-from shoal.broker.config import BrokerConfig
+from shoal.broker.config.settings import BrokerConfig
 from shoal.broker.faults import FaultInjector
 from shoal.broker.share.in_flight import STATE_NAMES
 
@@ -293,8 +293,8 @@ class EmbeddedBroker:
     async def _helper(self, kind: str) -> Any:
         client = self._helpers.get(kind)
         if client is None:
-            from shoal.client.admin import AsyncAdmin
-            from shoal.client.producer import AsyncProducer
+            from shoal.client.admin.client import AsyncAdmin
+            from shoal.client.producer.producer import AsyncProducer
 
             if kind == "admin":
                 client = AsyncAdmin(bootstrap_servers=self.bootstrap_servers, client_id="shoal-embedded")
@@ -314,7 +314,7 @@ class EmbeddedBroker:
 
     async def acreate_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
         """Create a topic (CreateTopics through the bundled admin client; errors raise)."""
-        from shoal.client.admin_types import NewTopic
+        from shoal.client.admin.types import NewTopic
 
         admin = await self._helper("admin")
         topic = NewTopic(name, partitions, 1, {k: _text(v) for k, v in (config or {}).items()})
@@ -326,7 +326,7 @@ class EmbeddedBroker:
     async def aset_group_config(self, group_id: str, settings: Mapping[str, Any]) -> None:
         """Set group configs (IncrementalAlterConfigs on the GROUP resource), e.g.
         ``{"share.auto.offset.reset": "earliest"}`` so a new share group reads from the start."""
-        from shoal.client.admin_types import AlterConfigOp, ConfigResource
+        from shoal.client.admin.types import AlterConfigOp, ConfigResource
 
         admin = await self._helper("admin")
         resource = ConfigResource.group(group_id)
@@ -361,8 +361,8 @@ class EmbeddedBroker:
         self, topic: str, partition: int = 0, offset: int = 0, *, max_records: int | None = None, timeout: float = 10.0
     ) -> list[Any]:
         """The records of one partition from ``offset`` up to the end it has now (``ConsumerRecord``s)."""
-        from shoal.client.cluster import TopicPartition
-        from shoal.client.consumer import AsyncConsumer
+        from shoal.client.consumer.consumer import AsyncConsumer
+        from shoal.client.core.cluster import TopicPartition
 
         tp = TopicPartition(topic, partition)
         out: list[Any] = []

@@ -1,0 +1,479 @@
+"""The Broker: one object holding all of a node's state, passed explicitly.
+
+No module-level state anywhere: tests start several brokers in one process.
+The broker owns the data directory (cluster id, clean-shutdown marker), the
+topics and their logs, the timer and purgatories, the handler table and the
+server. Handlers receive it as their first argument.
+
+Start-up: read meta.properties (create it with a fresh cluster id the first
+time), note whether the previous run shut down cleanly (the marker file) and
+take the marker away, open every partition (recovering unflushed tails when
+the shutdown was not clean), then bind. Stop: stop accepting, let in-flight
+requests finish, flush and close logs, write the marker.
+
+Shutdown finishes and exits normally whatever fails on the way (a full disk,
+say): every step runs even if an earlier one failed, every partition is
+closed, and the marker is written only if every log closed durably (else the
+next start recovers the logs as after a crash). The marker survives a full
+disk: at start the previous marker is renamed to ``.shoal-running`` (or that
+file is created), and a clean stop renames it back, which needs no free
+blocks.
+
+Storage faults (Kafka's log dir failure, ``broker.log.log_dir``): the first
+storage error in the data directory takes it offline. Waiting acks=-1
+produces and long-polling fetches are answered KAFKA_STORAGE_ERROR at once,
+partitions answer it from then on, Metadata shows them without a leader, and
+background work (retention, compaction, timed flushes) leaves them alone.
+No clean-shutdown marker is written for an offline directory (Kafka writes
+it only for live ones). Kafka halts the broker when its last log directory
+fails; Shoal keeps answering, so clients see the error, and recovers the
+directory at the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import inspect
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from shoal.broker.config.group_configs import GroupConfigs
+from shoal.broker.faults import Fault, FaultInjector, InterceptedRequest
+from shoal.broker.handlers import handler_table
+from shoal.broker.handlers.api_versions import body as api_versions_body
+from shoal.broker.handlers.fetch import fetch_key
+from shoal.broker.log import LogError
+from shoal.broker.log.dir_lock import DirLock
+from shoal.broker.log.fileops import FileOps, fsync_dir
+from shoal.broker.log.flusher import Flusher
+from shoal.broker.log.log_dir import LogDir
+from shoal.broker.log.writer import ThreadedWriter
+from shoal.broker.partition.fetch_session import FetchSessionCache
+from shoal.broker.partition.partition import Partition
+from shoal.broker.partition.producer_ids import ProducerIdManager
+from shoal.broker.partition.topics import Topic, TopicManager
+from shoal.broker.timing.clock import SystemClock
+from shoal.broker.timing.purgatory import Purgatory
+from shoal.broker.timing.timer import AsyncTimer
+from shoal.protocol.error_responses import error_response
+from shoal.protocol.errors import ErrorCode
+
+log = logging.getLogger("shoal.broker")
+
+CLEAN_SHUTDOWN = ".shoal-clean-shutdown"
+# The marker's blocks while the broker runs: renamed to CLEAN_SHUTDOWN at a clean stop.
+RUNNING = ".shoal-running"
+
+
+class Broker:
+    def __init__(self, config: Any, clock: Any = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.node_id: int = config.get("node.id")
+        self.data_dir = Path(config.data_dir).resolve()
+        self.handlers = handler_table()
+        self.cluster_id = ""
+        self.topics: TopicManager | None = None
+        self.timer: AsyncTimer | None = None
+        self.fetch_purgatory: Purgatory | None = None
+        # Every write and fsync of a log file goes through file_ops (tests inject faults there).
+        self.file_ops = FileOps()
+        self.log_dir = LogDir(str(self.data_dir))
+        self.dir_lock = DirLock(self.data_dir)
+        self.log_dir.add_listener(self._on_log_dir_failure)
+        self.flusher = Flusher(self.file_ops)
+        self.log_writer: ThreadedWriter | None = None  # large produce writes, off the event loop; at start
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.fetch_sessions = FetchSessionCache(max_slots=config.get("max.incremental.fetch.session.cache.slots"))
+        self.producer_ids: ProducerIdManager | None = None
+        self.group_configs: Any = None  # share/consumer group configs: the share-group issue
+        self.groups: Any = None  # GroupCoordinator, created at start
+        self.share_coordinator: Any = None  # ShareCoordinator (share groups on), created at start
+        self.share_partitions: Any = None  # SharePartitionManager: share partitions this node leads
+        self.server: Any = None
+        self.host = ""
+        self.port = 0
+        self._background: list[asyncio.Task] = []
+        self.clean_start = True
+        self.stopped = asyncio.Event()
+        self.faults = FaultInjector()  # request fault injection (shoal.testing); unarmed costs one test
+
+    # -- lifecycle -------------------------------------------------------------
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.dir_lock.acquire()  # DataDirLocked if another broker has it: before anything is read or written
+        try:
+            await self._start()
+        except BaseException:
+            self.dir_lock.release()
+            raise
+
+    async def _start(self) -> None:
+        from shoal.broker.net.server import Server
+
+        fresh = not (self.data_dir / "meta.properties").exists()
+        self.cluster_id = self._load_meta()
+        self._remove_deleted_dirs()
+        self.producer_ids = ProducerIdManager(self.data_dir)
+        self.clean_start = self._take_marker(fresh)
+        loop = self._loop = asyncio.get_running_loop()
+        self.log_writer = ThreadedWriter(loop, write=self.file_ops.write_all)
+        self.timer = AsyncTimer(loop, self.clock.monotonic_ms)
+        self.fetch_purgatory = Purgatory("Fetch", self.timer)
+        self.topics = TopicManager(self.data_dir, self._open_partition)
+        self.topics.load(self.clean_start)
+        self.group_configs = GroupConfigs(self.data_dir, self.config)
+        self.group_configs.load()
+        from shoal.broker.groups.coordinator import GroupCoordinator
+
+        self.groups = GroupCoordinator(self)
+        self.groups.start()
+        if self.config.share_groups_enabled:
+            from shoal.broker.share.coordinator import ShareCoordinator
+
+            self.share_coordinator = ShareCoordinator(self)
+            self.share_coordinator.start()
+        from shoal.broker.share.partition_manager import SharePartitionManager
+
+        self.share_partitions = SharePartitionManager(self)
+        self.server = Server(self)
+        host, port = self.config.listener_host_port()
+        await self.server.start(host, port)
+        self.host, self.port = self.advertised()
+        self._background.append(asyncio.create_task(self._retention_loop()))
+        self._background.append(asyncio.create_task(self._flush_loop()))
+        self._background.append(asyncio.create_task(self._cleaner_loop()))
+        log.info("broker %d started (cluster %s, data %s)", self.node_id, self.cluster_id, self.data_dir)
+
+    def advertised(self) -> tuple[str, int]:
+        host, port = self.config.advertised_host_port()
+        if port == 0 and self.server and self.server.bound:
+            port = self.server.bound[0][1]
+        if not host:
+            host = self.server.bound[0][0] if self.server and self.server.bound else "127.0.0.1"
+        return host, port
+
+    async def stop(self) -> None:
+        """Shut down; every step runs even if an earlier one failed (a full disk, say)."""
+        await self._shutdown(clean=True)
+
+    async def halt(self, *, lose_unflushed: bool = False) -> None:
+        """Stop as a crash would: a test seam (``shoal.testing``'s ``restart(clean=False)``).
+
+        Connections are cut without answers; no log is flushed, no index file,
+        checkpoint, producer snapshot or clean-shutdown marker is written, so
+        the next start recovers as after ``kill -9``. With ``lose_unflushed``
+        each log also loses what it had not fsynced, as a power cut loses what
+        was only in the page cache.
+        """
+        await self._shutdown(clean=False, lose_unflushed=lose_unflushed)
+
+    async def _shutdown(self, *, clean: bool, lose_unflushed: bool = False) -> None:
+        log.info("shutting down" if clean else "halting (as a crash would)")
+        server = self.server
+        if server is not None:
+            server.stop_accepting()
+            if clean:
+                await _await_step("draining connections", server.drain(timeout=5.0))
+        for t in self._background:
+            t.cancel()
+        for what, close in (
+            ("closing the fetch purgatory", self.fetch_purgatory and self.fetch_purgatory.shutdown),
+            ("closing the group coordinator", self.groups and self.groups.close),
+            ("closing the share partitions", self.share_partitions and self.share_partitions.close),
+            ("closing the share coordinator", self.share_coordinator and self.share_coordinator.close),
+        ):
+            if close:
+                _step(what, close)
+        await _await_step("finishing fsyncs", self.flusher.close())
+        if server is not None:
+            await _await_step("closing connections", server.close())
+        unclean: list[str] = []
+        if self.topics is not None and not clean:
+            _step("abandoning the logs", lambda: self.topics.abandon(lose_unflushed=lose_unflushed))
+        elif self.topics is not None:
+            try:
+                unclean = self.topics.close()
+            except Exception:
+                log.exception("shutdown: closing the logs failed")
+                unclean = ["(closing the logs failed)"]
+        if self.log_writer is not None:
+            _step("stopping the log writer", self.log_writer.close)
+        if self.timer is not None:
+            _step("stopping the timer", self.timer.close)
+        if clean:
+            self._leave_marker(unclean)
+        self.dir_lock.release()
+        log.info("shutdown complete" if clean else "halted")
+        self.stopped.set()
+
+    # -- the clean-shutdown marker -------------------------------------------------
+    def _take_marker(self, fresh: bool) -> bool:
+        """Whether the previous run shut down cleanly; the marker becomes this run's reservation."""
+        marker, running = self.data_dir / CLEAN_SHUTDOWN, self.data_dir / RUNNING
+        clean = fresh or marker.exists()
+        if marker.exists():
+            os.replace(marker, running)
+            # Durably gone before any log changes: a marker that came back after a power
+            # loss would make the next start skip recovering what this run wrote.
+            fsync_dir(self.data_dir)
+        elif not fresh:
+            log.info("previous run did not shut down cleanly: recovering logs")
+        if not running.exists():
+            try:
+                running.write_text("clean\n")
+            except OSError as e:
+                log.warning("cannot reserve the clean-shutdown marker (%s): a stop on a full disk may not write it", e)
+        return clean
+
+    def _leave_marker(self, unclean: list[str]) -> None:
+        """Write the clean-shutdown marker if every log is durable; never raises."""
+        if self.log_dir.offline or unclean:
+            why = (
+                f"log directory offline: {self.log_dir.error}"
+                if self.log_dir.offline
+                else f"{len(unclean)} partitions did not close cleanly"
+            )
+            log.warning(
+                "shutdown finished without a clean-shutdown marker (%s): the next start recovers the logs "
+                "as after a crash",
+                why,
+            )
+            return
+        marker, running = self.data_dir / CLEAN_SHUTDOWN, self.data_dir / RUNNING
+        try:
+            try:
+                os.replace(running, marker)  # a rename needs no free blocks
+            except FileNotFoundError:
+                marker.write_text("clean\n")
+            fsync_dir(self.data_dir)
+        except OSError as e:
+            log.warning("clean-shutdown marker not written (%s): the next start recovers the logs as after a crash", e)
+
+    def _load_meta(self) -> str:
+        path = self.data_dir / "meta.properties"
+        if path.exists():
+            props = dict(
+                line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#")
+            )
+            stored_node = int(props.get("node.id", self.node_id))
+            if stored_node != self.node_id:
+                raise RuntimeError(f"{path} belongs to node {stored_node}, not node.id={self.node_id}")
+            return props["cluster.id"]
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+        os.replace(tmp, path)
+        return cluster_id
+
+    def _remove_deleted_dirs(self) -> None:
+        """Finish deletions a crash interrupted (partition dirs renamed *-delete)."""
+        import shutil
+
+        for path in self.data_dir.glob("*-delete"):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _open_partition(self, topic: Topic, index: int, clean: bool) -> Partition:
+        return Partition.open(self, topic, index, clean)
+
+    def _on_log_dir_failure(self, log_dir: LogDir) -> None:
+        """The data directory just went offline (called where the error was met)."""
+        if self._loop is not None and not self._loop.is_closed():
+            # Not inline: the error may surface inside a purgatory check or a produce.
+            self._loop.call_soon(self._answer_waiting)
+
+    def _answer_waiting(self) -> None:
+        """Answer what waits on an offline partition: acks=-1 produces and long-polling fetches."""
+        self.flusher.fail_offline()
+        if self.topics is None or self.fetch_purgatory is None:
+            return
+        for topic in self.topics:
+            for p in topic.partitions:
+                if p.offline:
+                    self.fetch_purgatory.check_and_complete(fetch_key(topic.name, p.index))
+
+    # -- events ------------------------------------------------------------------
+    def on_append(self, partition: Partition) -> None:
+        """Records were appended: wake whatever waits on the partition."""
+        assert self.fetch_purgatory is not None
+        self.fetch_purgatory.check_and_complete(fetch_key(partition.topic.name, partition.index))
+
+    def delete_topic(self, name: str) -> None:
+        assert self.topics is not None and self.fetch_purgatory is not None
+        topic = self.topics.delete(name)
+        for p in topic.partitions:
+            self.fetch_purgatory.check_and_complete(fetch_key(name, p.index))
+        if self.groups is not None:
+            self.groups.on_topic_deleted(name)
+            self.groups.share.on_topic_deleted(topic.topic_id)
+        if self.share_coordinator is not None:
+            self.share_coordinator.on_topic_deleted(topic.topic_id)
+        if self.share_partitions is not None:
+            self.share_partitions.on_topic_deleted(topic.topic_id)
+
+    # -- request dispatch --------------------------------------------------------
+    def dispatch(self, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
+        h = self.handlers.get(ctx.api_key)
+        if h is None or not h.min_version <= ctx.api_version <= h.max_version:
+            if ctx.api_key == 18:
+                conn.complete(slot, self.api_versions_error_body())
+                return
+            conn.abort(f"API {ctx.api_key} v{ctx.api_version} is not served")
+            return
+        if self.faults.armed:
+            fault = self.faults.take(ctx.api_key)
+            if fault is not None:
+                self._inject(fault, h, ctx, body, slot, conn)
+                return
+        self._handle(h, ctx, body, slot, conn)
+
+    def _handle(self, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
+        try:
+            result = h.fn(self, ctx, body)
+        except Exception:
+            log.exception("handler %s failed for %s", h.name, conn.peer)
+            conn.fail(slot, "handler error")
+            return
+        self._answer(result, h.name, slot, conn)
+
+    def _answer(self, result: Any, name: str, slot: Any, conn: Any) -> None:
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            conn.tasks.add(task)
+            task.add_done_callback(lambda t: self._finish(t, conn, slot, name))
+        else:
+            conn.complete(slot, result)
+
+    def _inject(self, fault: Fault, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
+        """Carry out an armed fault (broker.faults) in place of the request's normal handling."""
+        if fault.kind == "fail" and ctx.api_key == 0 and getattr(body, "acks", -1) == 0:
+            conn.abort(f"fault injection: acks=0 {h.name} failed")  # no answer to give: Kafka closes
+        elif fault.kind == "fail":
+            conn.complete(slot, error_response(ctx.api_key, ctx.api_version, body, fault.error_code, fault.message))
+        elif fault.kind == "drop":
+            conn.abort(f"fault injection: dropped at {h.name}")
+        elif fault.kind == "delay":
+            assert self._loop is not None
+            self._loop.call_later(fault.delay_ms / 1000, self._handle_if_open, h, ctx, body, slot, conn)
+        else:
+            assert fault.callback is not None
+            request = InterceptedRequest(ctx.api_key, h.name, ctx.api_version, ctx.client_id, ctx.correlation_id, body)
+            try:
+                result = fault.callback(request)
+            except Exception:
+                log.exception("fault injection: the %s callback failed", h.name)
+                conn.fail(slot, "intercept callback error")
+                return
+            if inspect.isawaitable(result):
+                self._answer(self._intercepted(result, h, ctx, body), h.name, slot, conn)
+            elif result is None:
+                self._handle(h, ctx, body, slot, conn)
+            else:
+                conn.complete(slot, result)
+
+    async def _intercepted(self, pending: Any, h: Any, ctx: Any, body: Any) -> Any:
+        result = await pending
+        if result is None:
+            result = h.fn(self, ctx, body)
+            if inspect.isawaitable(result):
+                result = await result
+        return result
+
+    def _handle_if_open(self, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
+        if not conn.closed:
+            self._handle(h, ctx, body, slot, conn)
+
+    def _finish(self, task: asyncio.Future, conn: Any, slot: Any, name: str) -> None:
+        conn.tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("handler %s failed for %s: %r", name, conn.peer, exc, exc_info=exc)
+            conn.fail(slot, "handler error")
+            return
+        conn.complete(slot, task.result())
+
+    def api_versions_error_body(self) -> Any:
+        return api_versions_body(self, ErrorCode.UNSUPPORTED_VERSION)
+
+    def connection_closed(self, conn: Any) -> None:
+        """A client went away: its share sessions close and their acquired records go back."""
+        if self.share_partitions is not None:
+            self.share_partitions.connection_closed(conn)
+
+    # -- background work ---------------------------------------------------------
+    async def _retention_loop(self) -> None:
+        interval = self.config.get("log.retention.check.interval.ms") / 1000
+        while True:
+            await asyncio.sleep(interval)
+            now = self.clock.now_ms()
+            for topic in self.topics or ():
+                for p in topic.partitions:
+                    try:
+                        p.enforce_retention(now)
+                    except (OSError, LogError) as e:
+                        log.error("retention on %s-%d failed: %s", topic.name, p.index, e)
+
+    async def _cleaner_loop(self, interval_s: float = 15.0) -> None:
+        """Compact topics with cleanup.policy=compact (internal topics among them).
+
+        Runs on the event loop between requests: a pass rewrites sealed
+        segments only, and the internal topics it matters for are small.
+        """
+        from shoal.broker.log.cleaner import CleaningAborted, LogCleaner
+
+        cleaner = LogCleaner()
+        while True:
+            await asyncio.sleep(interval_s)
+            now = self.clock.now_ms()
+            for topic in self.topics or ():
+                for p in topic.partitions:
+                    if not p.log.config.compacts or p.offline:
+                        continue
+                    retention = p.settings["delete.retention.ms"]
+                    lag = p.settings["min.compaction.lag.ms"]
+                    try:
+                        if cleaner.needs_cleaning(p.log, now, min_compaction_lag_ms=lag, delete_retention_ms=retention):
+                            stats = cleaner.clean(p.log, now, retention, min_compaction_lag_ms=lag)
+                            log.info("compacted %s-%d: %s", topic.name, p.index, stats)
+                    except OSError as e:  # a storage error: as anywhere else, the directory goes offline
+                        log.error("compaction of %s-%d failed: %s", topic.name, p.index, p.log.io_failed(e))
+                    except (CleaningAborted, ValueError, LogError) as e:
+                        log.error("compaction of %s-%d failed: %s", topic.name, p.index, e)
+                    await asyncio.sleep(0)
+
+    async def _flush_loop(self) -> None:
+        """Time/count based flushes (log.flush.interval.*) for data not already fsynced."""
+        interval = max(self.config.get("log.flush.scheduler.interval.ms"), 10) / 1000
+        while True:
+            await asyncio.sleep(min(interval, 1.0))
+            now = self.clock.now_ms()
+            for topic in self.topics or ():
+                for p in topic.partitions:
+                    if p.offline or not p.log.needs_flush(now):
+                        continue
+                    try:
+                        await self.flusher.flush(p.log, p.log.log_end_offset)
+                    except (OSError, LogError) as e:  # the log went offline: it is logged where it happened
+                        log.debug("timed flush of %s-%d failed: %s", topic.name, p.index, e)
+
+
+def _step(what: str, fn: Callable[[], object]) -> None:
+    try:
+        fn()
+    except Exception:
+        log.exception("shutdown: %s failed", what)
+
+
+async def _await_step(what: str, aw: object) -> None:
+    try:
+        await aw  # type: ignore[misc]
+    except Exception:
+        log.exception("shutdown: %s failed", what)

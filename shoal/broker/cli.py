@@ -1,0 +1,96 @@
+"""`shoal-broker` / `python -m broker`: parse settings, run one broker until a signal.
+
+Exit codes: 0 after a clean shutdown (SIGINT/SIGTERM), 2 for unusable
+settings (reported before anything binds) or a data directory another broker
+holds (its `.lock`), 1 if the broker fails to start
+(port in use, unreadable data dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from shoal.broker.config.settings import BrokerConfig, ConfigError, parse_properties
+from shoal.broker.log.dir_lock import DataDirLocked
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="shoal-broker",
+        description="Run a Shoal broker (defaults: PLAINTEXT://127.0.0.1:9092, data in ./shoal-data).",
+    )
+    p.add_argument("--config", metavar="FILE", help="a Kafka-style .properties file")
+    p.add_argument(
+        "--override",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="set one setting (repeatable); beats the file",
+    )
+    return p.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> BrokerConfig:
+    props: dict[str, str] = {}
+    if args.config:
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                props = parse_properties(f.read())
+        except OSError as e:
+            raise ConfigError("--config", f"cannot read {args.config}: {e.strerror}") from None
+    return BrokerConfig.from_sources(props, args.override)
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+async def run(config: BrokerConfig) -> int:
+    from shoal.broker.broker import Broker
+
+    broker = Broker(config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await broker.start()
+    except DataDirLocked as e:
+        logging.getLogger("shoal").error("cannot start: %s", e)
+        return 2
+    except OSError as e:
+        logging.getLogger("shoal").error("cannot start: %s", e)
+        return 1
+    for host, port in broker.server.bound:
+        print(f"shoal broker listening on {host}:{port}", file=sys.stderr, flush=True)
+    await stop.wait()
+    await broker.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = load_config(args)
+    except ConfigError as e:
+        print(f"shoal-broker: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    setup_logging(str(config.get("log.level")))
+    try:
+        import uvloop
+
+        return uvloop.run(run(config))
+    except ImportError:
+        return asyncio.run(run(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

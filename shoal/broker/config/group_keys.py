@@ -1,0 +1,134 @@
+"""Per-group settings: each falls back to a broker setting and is bounded by its min/max settings."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from shoal.broker.config.keys import (
+    AT_LEAST_1,
+    BOOL,
+    INT,
+    STR,
+    Check,
+    ConfigDef,
+    ConfigKey,
+    ConfigType,
+    OneOf,
+    Range,
+    auto_offset_reset_problem,
+    dlq_topic_problem,
+)
+
+
+def _group(name: str, ctype: ConfigType, default: Any, doc: str, **kw: Any) -> ConfigKey:
+    return ConfigKey(name, ctype, default, doc, dynamic=True, **kw)
+
+
+_GS = "group.share."
+GROUP_CONFIGS: Final = ConfigDef.of(
+    "group",
+    _group(
+        "consumer.session.timeout.ms",
+        INT,
+        45000,
+        "Session timeout for this consumer group.",
+        validator=AT_LEAST_1,
+        synonym="group.consumer.session.timeout.ms",
+        min_key="group.consumer.min.session.timeout.ms",
+        max_key="group.consumer.max.session.timeout.ms",
+    ),
+    _group(
+        "consumer.heartbeat.interval.ms",
+        INT,
+        5000,
+        "Heartbeat interval for this consumer group.",
+        validator=AT_LEAST_1,
+        synonym="group.consumer.heartbeat.interval.ms",
+        min_key="group.consumer.min.heartbeat.interval.ms",
+        max_key="group.consumer.max.heartbeat.interval.ms",
+    ),
+    _group(
+        "share.session.timeout.ms",
+        INT,
+        45000,
+        "Session timeout for this share group.",
+        validator=AT_LEAST_1,
+        synonym=_GS + "session.timeout.ms",
+        min_key=_GS + "min.session.timeout.ms",
+        max_key=_GS + "max.session.timeout.ms",
+    ),
+    _group(
+        "share.heartbeat.interval.ms",
+        INT,
+        5000,
+        "Heartbeat interval for this share group.",
+        validator=AT_LEAST_1,
+        synonym=_GS + "heartbeat.interval.ms",
+        min_key=_GS + "min.heartbeat.interval.ms",
+        max_key=_GS + "max.heartbeat.interval.ms",
+    ),
+    _group(
+        "share.record.lock.duration.ms",
+        INT,
+        30000,
+        "Acquisition lock duration for this share group.",
+        validator=Range(1000),
+        synonym=_GS + "record.lock.duration.ms",
+        min_key=_GS + "min.record.lock.duration.ms",
+        max_key=_GS + "max.record.lock.duration.ms",
+    ),
+    _group(
+        "share.delivery.count.limit",
+        INT,
+        5,
+        "Deliveries before a record is archived, for this group.",
+        validator=AT_LEAST_1,
+        synonym=_GS + "delivery.count.limit",
+        min_key=_GS + "min.delivery.count.limit",
+        max_key=_GS + "max.delivery.count.limit",
+    ),
+    _group(
+        "share.partition.max.record.locks",
+        INT,
+        2000,
+        "In-flight record limit per share partition.",
+        validator=AT_LEAST_1,
+        synonym=_GS + "partition.max.record.locks",
+        min_key=_GS + "min.partition.max.record.locks",
+        max_key=_GS + "max.partition.max.record.locks",
+    ),
+    _group(
+        "share.auto.offset.reset",
+        STR,
+        "latest",
+        "Where a share partition starts with no state: latest, "
+        "earliest, or by_duration:<ISO-8601 duration> back from now.",
+        validator=Check(auto_offset_reset_problem, "[latest, earliest, by_duration:PnDTnHnMn.nS]"),
+    ),
+    _group(
+        "share.isolation.level",
+        STR,
+        "read_uncommitted",
+        "read_committed hides aborted transactional records from the group.",
+        validator=OneOf(("read_committed", "read_uncommitted")),
+    ),
+    _group("share.renew.acknowledge.enable", BOOL, True, "Whether members may RENEW acquisition locks."),
+    _group(
+        "errors.deadletterqueue.topic.name",
+        STR,
+        "",
+        "Dead-letter topic for this share group; empty means none.",
+        validator=Check(dlq_topic_problem, "a topic name or empty"),
+    ),
+    _group(
+        "errors.deadletterqueue.copy.record.enable",
+        BOOL,
+        False,
+        "Copy the original record into the dead-letter topic, not just its context headers.",
+    ),
+)
+
+GROUP_LESS_THAN: Final = (
+    ("share.heartbeat.interval.ms", "share.session.timeout.ms"),
+    ("consumer.heartbeat.interval.ms", "consumer.session.timeout.ms"),
+)

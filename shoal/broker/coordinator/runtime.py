@@ -1,0 +1,300 @@
+"""The coordinator runtime: internal-topic partitions as event-sourced state.
+
+Every coordinator (group coordinator on __consumer_offsets, share coordinator
+on __share_group_state) keeps its state in shards, one per partition of its
+internal topic. A write goes:
+
+    operation on the shard -> records
+    append the records to the shard's partition (one batch)
+    replay the same records into the shard
+    answer once the append is durable (group-committed fsync)
+
+For committed offsets and share-partition state the records are the whole
+change: the operation only validates, and memory changes by replay. Group
+membership is different, as in Kafka: a classic or share group is a live
+object whose transitions happen in memory (pending joins, timers), and the
+records it writes describe the result; they are replayed only at load.
+
+Either way the log is the truth. At start-up each partition is read from its
+log start and replayed, and until then the shard answers
+COORDINATOR_LOAD_IN_PROGRESS. A write the log refuses reverts the shard to
+its log (it is dropped and replayed again, as Kafka's runtime reverts its
+in-memory state to the last written offset), so a failed write never leaves
+a change in memory that a restart would not have. Operations on one shard
+run to completion synchronously (asyncio is single-threaded), so writes to a
+partition are serialized; only the durability wait is asynchronous, and
+answers for one partition become durable in order. Replay is bounded by live
+state: __consumer_offsets is compacted; __share_group_state (as in Kafka) is
+not, its coordinator prunes the log below the oldest snapshot still needed.
+
+A shard is any object with `replay(record, offset)`; coordinators define
+their shards as sans-IO classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from shoal.broker.coordinator.write_errors import write_failure
+from shoal.protocol.coordinator_records import CoordinatorRecord, RecordSerde
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.records import build_batch
+
+if TYPE_CHECKING:
+    from shoal.broker.partition.partition import Partition
+
+log = logging.getLogger("shoal.coordinator")
+
+
+def java_string_hashcode(s: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), as a signed int32."""
+    data = s.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """Kafka's `Utils.abs(key.hashCode()) % partitions` (abs(MIN_VALUE) is 0)."""
+    h = java_string_hashcode(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+class Shard(Protocol):
+    def replay(self, record: CoordinatorRecord, offset: int) -> None: ...
+
+
+@dataclass(slots=True)
+class Record:
+    """A record an operation wants written: type name, key object, value object or None."""
+
+    name: str
+    key: Any
+    value: Any = None
+    value_version: int | None = None
+
+
+class CoordinatorRuntime:
+    def __init__(
+        self,
+        broker: Any,
+        topic: str,
+        num_partitions: int,
+        serde: RecordSerde,
+        make_shard: Callable[[int], Shard],
+        topic_configs: dict[str, str],
+        on_loaded: Callable[[int, Any], None] | None = None,
+        on_unloaded: Callable[[int, Any, int], None] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.topic = topic
+        self.num_partitions = num_partitions
+        self.serde = serde
+        self._make_shard = make_shard
+        self._on_loaded = on_loaded  # (p, shard): a shard was (re)loaded and serves from now on
+        self._on_unloaded = on_unloaded  # (p, old shard, error): dropped after a failed write; fail its waiters
+        self._topic_configs = topic_configs
+        self.shards: dict[int, Shard] = {}
+        self._loading: set[int] = set()
+        self._load_task: asyncio.Task | None = None
+        self.loaded = asyncio.Event()
+
+    # -- start-up --------------------------------------------------------------
+    def start(self) -> None:
+        """Create the internal topic if needed and replay every partition (in the background)."""
+        topics = self.broker.topics
+        topic = topics.get(self.topic)
+        if topic is None:
+            topic = topics.create(self.topic, self.num_partitions, self._topic_configs)
+        elif len(topic.partitions) != self.num_partitions:
+            log.warning(
+                "%s has %d partitions, settings say %d: using the topic's",
+                self.topic,
+                len(topic.partitions),
+                self.num_partitions,
+            )
+            self.num_partitions = len(topic.partitions)
+        self._loading = set(range(self.num_partitions))
+        self._load_task = asyncio.create_task(self._load_all())
+
+    async def _load_all(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        records = 0
+        for p in range(self.num_partitions):
+            records += self._load(p)
+            await asyncio.sleep(0)  # let other work run between partitions
+        self.loaded.set()
+        log.info("loaded %s: %d records replayed in %.3f s", self.topic, records, loop.time() - started)
+
+    def _load(self, p: int) -> int:
+        """Replay partition p into a new shard, which then serves; returns the records replayed."""
+        shard = self._make_shard(p)
+        n = self._replay_partition(p, shard)
+        self.shards[p] = shard
+        self._loading.discard(p)
+        if self._on_loaded is not None:
+            self._on_loaded(p, shard)
+        return n
+
+    def _revert(self, p: int, error: int) -> None:
+        """Memory back to what the log holds, after a write that did not reach it.
+
+        The operation that failed (and possibly others before it in this loop
+        turn) changed the shard's objects before asking for the append. As
+        Kafka's runtime reverts its in-memory state to the last written offset,
+        the shard is dropped and replayed from its log; meanwhile it answers
+        COORDINATOR_LOAD_IN_PROGRESS, and clients retry. Requests waiting on the
+        dropped shard get the failed write's `error`, as Kafka fails the writes
+        queued behind a failed batch.
+        """
+        old = self.shards.pop(p, None)
+        if old is None:
+            return
+        self._loading.add(p)
+        if self._on_unloaded is not None:
+            self._on_unloaded(p, old, error)
+        if self.partition(p).offline:
+            self._loading.discard(p)  # its log failed: the partition stays resigned (NOT_COORDINATOR)
+            return
+        asyncio.get_running_loop().call_soon(self._reload, p)
+
+    def _reload(self, p: int) -> None:
+        if p not in self._loading or p in self.shards:
+            return
+        try:
+            n = self._load(p)
+        except Exception:
+            log.exception("%s-%d: reloading after a failed write failed", self.topic, p)
+            self._loading.discard(p)
+            return
+        log.info("%s-%d: reloaded from its log after a failed write (%d records)", self.topic, p, n)
+
+    def _replay_partition(self, p: int, shard: Shard) -> int:
+        partition = self.partition(p)
+        n = 0
+        for header, view in partition.log.scan(partition.log_start_offset):
+            if header.is_control:
+                continue
+            for rec in header.records():
+                try:
+                    decoded = self.serde.decode(rec.key, rec.value)
+                except ProtocolError as e:
+                    log.error("%s-%d offset %d: skipping undecodable record: %s", self.topic, p, rec.offset, e)
+                    continue
+                shard.replay(decoded, rec.offset)
+                n += 1
+            view.release()
+        return n
+
+    def close(self) -> None:
+        if self._load_task is not None:
+            self._load_task.cancel()
+
+    # -- routing ---------------------------------------------------------------
+    def partition_of(self, key: str) -> int:
+        return partition_for(key, self.num_partitions)
+
+    def partition(self, p: int) -> Partition:
+        topic = self.broker.topics.get(self.topic)
+        return topic.partitions[p]
+
+    def shard(self, p: int) -> Any:
+        """The loaded shard of partition p, or COORDINATOR_LOAD_IN_PROGRESS (NOT_COORDINATOR when offline)."""
+        shard = self.shards.get(p)
+        if shard is None:
+            if p in self._loading:
+                raise KafkaErrorResponse(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            raise KafkaErrorResponse(ErrorCode.NOT_COORDINATOR)
+        if self.partition(p).offline:  # its log directory failed: Kafka's coordinator resigns the partition
+            raise KafkaErrorResponse(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{p} is offline")
+        return shard
+
+    def shard_for(self, key: str) -> Any:
+        return self.shard(self.partition_of(key))
+
+    # -- writes ----------------------------------------------------------------
+    def append(self, p: int, records: Sequence[Record]) -> asyncio.Future:
+        """Append + replay now; the returned future resolves when the write is durable.
+
+        A write the log refuses (records that cannot be encoded, a batch too
+        large, a disk error) raises KafkaErrorResponse with the error a client
+        of the coordinator gets, and reverts the shard to its log (`_revert`),
+        so no change the caller made in memory outlives the failed write. The
+        future fails the same way when the fsync fails; the log directory is
+        then offline and the partition answers NOT_COORDINATOR until a restart,
+        which replays the batch only if it reached the disk whole (a torn
+        batch fails its CRC and is cut): never half an operation.
+        """
+        shard = self.shard(p)
+        partition = self.partition(p)
+        now = self.broker.clock.now_ms()
+        serde = self.serde
+        try:
+            encoded = [
+                (
+                    serde.encode_key(r.name, r.key),
+                    serde.encode_value(r.name, r.value, r.value_version),
+                    [],
+                    now,
+                )
+                for r in records
+            ]
+            info = partition.log.append(build_batch(encoded), now_ms=now)
+        except Exception as e:
+            log.error("%s-%d: a coordinator write failed: %r", self.topic, p, e)
+            failure = write_failure(e)
+            self._revert(p, failure.code)
+            raise failure from e
+        for i, r in enumerate(records):
+            rt = serde.record_type(r.name)
+            version = r.value_version if r.value_version is not None else serde.latest_value_version(r.name)
+            shard.replay(CoordinatorRecord(rt, r.key, r.value, version), info.first_offset + i)
+        self.broker.on_append(partition)
+        return _normalized(self.broker.flusher.flush(partition.log, info.last_offset + 1))
+
+    def barrier(self, p: int) -> asyncio.Future | None:
+        """A future for "everything written to partition p so far is durable", or None if it is.
+
+        A read-only operation answers after this, so it never reports state
+        whose records a crash could still lose.
+        """
+        log_ = self.partition(p).log
+        end = log_.log_end_offset
+        if log_.recovery_point >= end:
+            return None
+        return self.broker.flusher.flush(log_, end)
+
+    async def write(self, p: int, op: Callable[[Any], tuple[Sequence[Record], Any]]) -> Any:
+        """Run `op` on the shard; persist its records; return its response once durable."""
+        shard = self.shard(p)
+        records, response = op(shard)
+        if records:
+            await self.append(p, records)
+        return response
+
+
+def _normalized(durable: asyncio.Future) -> asyncio.Future:
+    """`durable`, failing with the coordinator client's error instead of the flusher's."""
+    if durable.done() and not durable.cancelled() and durable.exception() is None:
+        return durable
+    out = asyncio.get_running_loop().create_future()
+
+    def settle(f: asyncio.Future) -> None:
+        if out.done():
+            return
+        if f.cancelled():
+            out.cancel()
+        elif f.exception() is not None:
+            out.set_exception(write_failure(f.exception()))
+        else:
+            out.set_result(f.result())
+
+    durable.add_done_callback(settle)
+    return out

@@ -1,0 +1,339 @@
+"""Topic administration and configs: CreateTopics, DeleteTopics, CreatePartitions,
+DescribeConfigs, IncrementalAlterConfigs (TOPIC, BROKER and GROUP resources;
+group overrides live in ``broker.config.group_configs``).
+
+Validation happens before any change, so a rejected request leaves topics and
+their logs untouched. IncrementalAlterConfigs follows Kafka's split: the
+broker's own checks first (duplicate keys, null values: INVALID_REQUEST), then
+the controller's rules (APPEND/SUBTRACT on LIST configs only, starting from the
+config's default when there is no override; bad values INVALID_CONFIG).
+A single node means replication factor 1 (or -1 for the default) and replica
+assignments naming only this node.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from shoal.broker.config.keys import render_value
+from shoal.broker.config.settings import (
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigError,
+    ConfigType,
+    describe_topic_configs,
+    validate_topic_configs,
+)
+from shoal.broker.partition.topics import validate_topic_name
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+
+_CT = api_by_name("CreateTopics")
+_DT = api_by_name("DeleteTopics")
+_CP = api_by_name("CreatePartitions")
+_DC = api_by_name("DescribeConfigs")
+_IAC = api_by_name("IncrementalAlterConfigs")
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def _check_replication(broker: Any, replication_factor: int, assignments: list | None) -> None:
+    if replication_factor not in (-1, 1) and not assignments:
+        raise KafkaErrorResponse(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Unable to replicate the partition {replication_factor} time(s): "
+            "the target replication factor cannot be reached because only 1 broker is registered.",
+        )
+    for a in assignments or ():
+        ids = a.broker_ids
+        if list(ids) != [broker.node_id]:
+            raise KafkaErrorResponse(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"replica assignment {list(ids)} names brokers other than {broker.node_id}",
+            )
+
+
+def _config_dict(items: Any) -> dict[str, str | None]:
+    return {c.name: c.value for c in items or ()}
+
+
+def create_topic(broker: Any, name: str, num_partitions: int, configs: dict[str, str | None]) -> Any:
+    """Validate and create a topic; raises KafkaErrorResponse. Used by Metadata auto-create too."""
+    if num_partitions == -1:
+        num_partitions = broker.config.get("num.partitions")
+    broker.topics.check_create(name, num_partitions)
+    try:
+        typed = validate_topic_configs(configs, broker.config)
+    except ConfigError as e:
+        raise KafkaErrorResponse(ErrorCode.INVALID_CONFIG, str(e)) from None
+    overrides = {k: v for k, v in configs.items() if typed.get(k) is not None}
+    return broker.topics.create(name, num_partitions, overrides)
+
+
+def handle_create_topics(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _CT.response_class()
+    results = []
+    seen: dict[str, int] = {}
+    for t in req.topics:
+        seen[t.name] = seen.get(t.name, 0) + 1
+    for t in req.topics:
+        r = cls.CreatableTopicResult(name=t.name, error_message=None, configs=None)
+        results.append(r)
+        try:
+            if seen[t.name] > 1:
+                raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, f"Duplicate topic name {t.name} in request.")
+            if t.assignments and t.num_partitions != -1:
+                raise KafkaErrorResponse(
+                    ErrorCode.INVALID_REQUEST, "Both numPartitions and replica assignments were given."
+                )
+            _check_replication(broker, t.replication_factor, t.assignments)
+            partitions = len(t.assignments) if t.assignments else t.num_partitions
+            configs = _config_dict(t.configs)
+            if req.validate_only:
+                validate_topic_name(t.name)
+                n = broker.config.get("num.partitions") if partitions == -1 else partitions
+                broker.topics.check_create(t.name, n)
+                try:
+                    validate_topic_configs(configs, broker.config)
+                except ConfigError as e:
+                    raise KafkaErrorResponse(ErrorCode.INVALID_CONFIG, str(e)) from None
+                r.num_partitions, r.replication_factor = n, 1
+                r.configs = _created_configs(cls, broker, configs)
+                continue
+            topic = create_topic(broker, t.name, partitions, configs)
+        except KafkaErrorResponse as e:
+            r.error_code, r.error_message = e.code, e.detail
+            continue
+        r.topic_id = topic.topic_id
+        r.num_partitions = len(topic.partitions)
+        r.replication_factor = 1
+        r.configs = _created_configs(cls, broker, topic.configs)
+    return cls(throttle_time_ms=0, topics=results)
+
+
+def _created_configs(cls: Any, broker: Any, overrides: dict) -> list:
+    return [
+        cls.CreatableTopicConfigs(
+            name=e.name,
+            value=e.value,
+            read_only=e.read_only,
+            config_source=e.source.kafka_id,
+            is_sensitive=e.sensitive,
+        )
+        for e in describe_topic_configs(overrides, broker.config)
+    ]
+
+
+def handle_delete_topics(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _DT.response_class()
+    if ctx.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in req.topics]
+    else:
+        wanted = [(n, None) for n in req.topic_names]
+    out = []
+    for name, topic_id in wanted:
+        r = cls.DeletableTopicResult(name=name, error_message=None)
+        out.append(r)
+        if name is None:
+            topic = broker.topics.by_id(topic_id) if topic_id and topic_id.int else None
+            if topic is None:
+                r.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                r.topic_id = topic_id
+                continue
+        else:
+            topic = broker.topics.get(name)
+            if topic is None:
+                r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+        r.name, r.topic_id = topic.name, topic.topic_id
+        if topic.internal:
+            r.error_code, r.error_message = ErrorCode.INVALID_REQUEST, "internal topics cannot be deleted"
+            continue
+        broker.delete_topic(topic.name)
+    return cls(throttle_time_ms=0, responses=out)
+
+
+def handle_create_partitions(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _CP.response_class()
+    out = []
+    for t in req.topics:
+        r = cls.CreatePartitionsTopicResult(name=t.name, error_message=None)
+        out.append(r)
+        topic = broker.topics.get(t.name)
+        try:
+            if topic is None:
+                raise KafkaErrorResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {t.name} does not exist.")
+            current = len(topic.partitions)
+            if t.count < current:
+                raise KafkaErrorResponse(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"Topic currently has {current} partitions, which is higher than the requested {t.count}.",
+                )
+            if t.count == current:
+                raise KafkaErrorResponse(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            if t.assignments is not None:
+                if len(t.assignments) != t.count - current:
+                    raise KafkaErrorResponse(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"Increasing the number of partitions by {t.count - current} "
+                        f"but {len(t.assignments)} assignments provided.",
+                    )
+                _check_replication(broker, -1, t.assignments)
+            if not req.validate_only:
+                broker.topics.add_partitions(t.name, t.count)
+        except KafkaErrorResponse as e:
+            r.error_code, r.error_message = e.code, e.detail
+    return cls(throttle_time_ms=0, results=out)
+
+
+def handle_describe_configs(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _DC.response_class()
+    results = []
+    for res in req.resources:
+        r = cls.DescribeConfigsResult(
+            resource_type=res.resource_type, resource_name=res.resource_name, error_message=None
+        )
+        results.append(r)
+        # Kafka describes every config when the key list is null or empty.
+        names = res.configuration_keys or None
+        if res.resource_type == RESOURCE_TOPIC:
+            topic = broker.topics.get(res.resource_name)
+            if topic is None:
+                r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                r.error_message = f"Topic {res.resource_name} does not exist."
+                continue
+            entries = describe_topic_configs(topic.configs, broker.config, names)
+        elif res.resource_type == RESOURCE_BROKER:
+            if res.resource_name not in ("", str(broker.node_id)):
+                r.error_code = ErrorCode.INVALID_REQUEST
+                r.error_message = f"Unexpected broker id, expected {broker.node_id}."
+                continue
+            entries = broker.config.describe(names)
+        elif res.resource_type == RESOURCE_GROUP and broker.group_configs is not None:
+            try:
+                entries = broker.group_configs.describe(res.resource_name, names)
+            except KafkaErrorResponse as e:
+                r.error_code, r.error_message = e.code, e.detail
+                continue
+        else:
+            r.error_code = ErrorCode.INVALID_REQUEST
+            r.error_message = f"Unsupported resource type {res.resource_type}."
+            continue
+        r.configs = [
+            cls.DescribeConfigsResourceResult(
+                name=e.name,
+                value=None if e.sensitive else e.value,
+                read_only=e.read_only,
+                config_source=e.source.kafka_id,
+                is_sensitive=e.sensitive,
+                synonyms=[
+                    cls.DescribeConfigsSynonym(name=s.name, value=s.value, source=s.source.kafka_id) for s in e.synonyms
+                ]
+                if req.include_synonyms
+                else [],
+                config_type=e.type.value,
+                documentation=e.doc if req.include_documentation else None,
+            )
+            for e in entries
+        ]
+    return cls(throttle_time_ms=0, results=results)
+
+
+def _preprocess(res: Any) -> None:
+    """The checks Kafka's broker makes on every resource before anything else (INVALID_REQUEST)."""
+    names = [c.name for c in res.configs]
+    if len(set(names)) != len(names):
+        raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    nulls = [c.name for c in res.configs if c.config_operation != OP_DELETE and c.value is None]
+    if nulls:
+        raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
+
+
+def apply_alter_ops(current: dict[str, str], ops: Any, defs: ConfigDef) -> dict[str, str]:
+    """The new override set after SET/DELETE/APPEND/SUBTRACT operations.
+
+    As Kafka's controller: APPEND/SUBTRACT work on LIST configs only (else
+    INVALID_CONFIG) and start from the override, or, when there is none, from
+    the config's own default (a topic's cleanup.policy: "delete", whatever the
+    broker's log.cleanup.policy), so APPEND compact to a fresh topic gives
+    "delete,compact". APPEND skips values already present; SUBTRACT removes
+    them; the result is stored as an override even when it equals the default.
+    """
+    new = dict(current)
+    for op in ops:
+        code = op.config_operation
+        if code == OP_SET:
+            new[op.name] = op.value
+        elif code == OP_DELETE:
+            new.pop(op.name, None)
+        elif code in (OP_APPEND, OP_SUBTRACT):
+            key = defs.keys.get(op.name)
+            if key is None or key.type is not ConfigType.LIST:
+                verb = "APPEND" if code == OP_APPEND else "SUBTRACT"
+                raise KafkaErrorResponse(
+                    ErrorCode.INVALID_CONFIG, f"Can't {verb} to key {op.name} because its type is not LIST."
+                )
+            start = new.get(op.name)
+            if start is None:
+                start = render_value(key.default) if key.default is not None else ""
+            items = [x for x in start.split(",") if x]
+            values = [x for x in op.value.split(",") if x]
+            if code == OP_APPEND:
+                items += [v for v in dict.fromkeys(values) if v not in items]
+            else:
+                items = [x for x in items if x not in values]
+            new[op.name] = ",".join(items)
+        else:
+            raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, f"Unknown operations type {code}")
+    return new
+
+
+def handle_incremental_alter_configs(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _IAC.response_class()
+    out = []
+    # As Kafka's ConfigAdminManager.preprocess: every copy of a resource named twice is refused
+    # and none of them applied.
+    seen = Counter((res.resource_type, res.resource_name) for res in req.resources)
+    for res in req.resources:
+        r = cls.AlterConfigsResourceResponse(
+            resource_type=res.resource_type, resource_name=res.resource_name, error_message=None
+        )
+        out.append(r)
+        try:
+            if seen[res.resource_type, res.resource_name] > 1:
+                raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+            _preprocess(res)
+            if res.resource_type == RESOURCE_TOPIC:
+                topic = broker.topics.get(res.resource_name)
+                if topic is None:
+                    raise KafkaErrorResponse(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {res.resource_name} does not exist."
+                    )
+                new = apply_alter_ops(topic.configs, res.configs, TOPIC_CONFIGS)
+                try:
+                    typed = validate_topic_configs(new, broker.config)
+                except ConfigError as e:
+                    raise KafkaErrorResponse(ErrorCode.INVALID_CONFIG, str(e)) from None
+                if not req.validate_only:
+                    broker.topics.set_configs(topic.name, {k: v for k, v in new.items() if typed.get(k) is not None})
+            elif res.resource_type == RESOURCE_GROUP and broker.group_configs is not None:
+                broker.group_configs.alter(res.resource_name, res.configs, req.validate_only)
+            elif res.resource_type == RESOURCE_BROKER:
+                raise KafkaErrorResponse(ErrorCode.INVALID_CONFIG, "Shoal broker configs are static (set at start)")
+            else:
+                raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}.")
+        except KafkaErrorResponse as e:
+            r.error_code, r.error_message = e.code, e.detail
+    return cls(throttle_time_ms=0, responses=out)
+
+
+def register(table: Any) -> None:
+    table.add("CreateTopics", handle_create_topics)
+    table.add("DeleteTopics", handle_delete_topics)
+    table.add("CreatePartitions", handle_create_partitions)
+    table.add("DescribeConfigs", handle_describe_configs)
+    table.add("IncrementalAlterConfigs", handle_incremental_alter_configs)

@@ -1,0 +1,393 @@
+"""Classic group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups,
+ListGroups, DeleteGroups.
+
+Thin: decode the request's fields, call the group coordinator, shape the
+answer for the request's version. All group logic lives in shoal/broker/groups/.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from shoal.broker.groups.classic import GroupState, JoinParams
+from shoal.broker.handlers.limits import id_error
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+
+_FC = api_by_name("FindCoordinator")
+_JG = api_by_name("JoinGroup")
+_SG = api_by_name("SyncGroup")
+_HB = api_by_name("Heartbeat")
+_LG = api_by_name("LeaveGroup")
+_OC = api_by_name("OffsetCommit")
+_OF = api_by_name("OffsetFetch")
+_OD = api_by_name("OffsetDelete")
+_DG = api_by_name("DescribeGroups")
+_LS = api_by_name("ListGroups")
+_DEL = api_by_name("DeleteGroups")
+
+KEY_GROUP, KEY_TRANSACTION, KEY_SHARE = 0, 1, 2
+
+
+def handle_find_coordinator(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _FC.response_class()
+    keys = req.coordinator_keys if ctx.api_version >= 4 else [req.key]
+    results = []
+    for key in keys:
+        c = cls.Coordinator(key=key, error_message=None)
+        if req.key_type == KEY_GROUP and key and _offline(broker.groups.runtime, key):
+            c.error_code, c.node_id, c.port, c.host = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ""
+        elif req.key_type == KEY_GROUP and key:
+            c.node_id, c.host, c.port = broker.node_id, broker.host, broker.port
+        elif req.key_type == KEY_GROUP:
+            c.error_code, c.node_id, c.port, c.host = ErrorCode.INVALID_REQUEST, -1, -1, ""
+            c.error_message = "empty group id"
+        elif req.key_type == KEY_SHARE and broker.share_coordinator is not None:
+            if _valid_share_key(key) and _offline(broker.share_coordinator.runtime, key):
+                c.error_code, c.node_id, c.port, c.host = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ""
+            elif _valid_share_key(key):
+                c.node_id, c.host, c.port = broker.node_id, broker.host, broker.port
+            else:
+                c.error_code, c.node_id, c.port, c.host = ErrorCode.INVALID_REQUEST, -1, -1, ""
+                c.error_message = f"Share coordinator key {key!r} is not groupId:topicId:partition."
+        else:
+            c.error_code, c.node_id, c.port, c.host = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ""
+            c.error_message = "Shoal does not coordinate this key type"
+        results.append(c)
+    if ctx.api_version >= 4:
+        return cls(throttle_time_ms=0, coordinators=results)
+    c = results[0]
+    return cls(
+        throttle_time_ms=0,
+        error_code=c.error_code,
+        error_message=c.error_message,
+        node_id=c.node_id,
+        host=c.host,
+        port=c.port,
+    )
+
+
+def _offline(runtime: Any, key: str) -> bool:
+    """Whether the internal-topic partition coordinating `key` is in an offline log directory:
+    Kafka then has no leader for it, and FindCoordinator answers COORDINATOR_NOT_AVAILABLE."""
+    return runtime.partition(runtime.partition_of(key)).offline
+
+
+def _valid_share_key(key: str) -> bool:
+    """A share-partition key: "group:topicId:partition", topic id in Kafka's base64 form."""
+    parts = key.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0]:
+        return False
+    _, tid, partition = parts
+    try:
+        raw = base64.urlsafe_b64decode(tid + "==")
+    except (ValueError, binascii.Error):
+        return False
+    return len(tid) == 22 and len(raw) == 16 and partition.isdigit()
+
+
+async def handle_join_group(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _JG.response_class()
+    bad = id_error(req.group_id, req.member_id, req.group_instance_id)
+    if bad is not None:
+        return cls(
+            throttle_time_ms=0,
+            error_code=bad[0],
+            generation_id=-1,
+            protocol_name=None if ctx.api_version >= 7 else "",  # nullable from v7
+            leader="",
+            member_id="",
+        )
+    rebalance_timeout = req.rebalance_timeout_ms if ctx.api_version >= 1 else req.session_timeout_ms
+    params = JoinParams(
+        member_id=req.member_id,
+        group_instance_id=req.group_instance_id,
+        client_id=ctx.client_id or "",
+        client_host="/" + ctx.peer.rsplit(":", 1)[0],
+        session_timeout_ms=req.session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout,
+        protocol_type=req.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
+        require_known_member_id=ctx.api_version >= 4,
+    )
+    r = await broker.groups.join(req.group_id, params)
+    resp = cls(
+        throttle_time_ms=0,
+        error_code=r.error,
+        generation_id=r.generation_id,
+        protocol_type=r.protocol_type if ctx.api_version >= 7 else None,
+        protocol_name=r.protocol_name,
+        leader=r.leader,
+        member_id=r.member_id,
+        members=[
+            cls.JoinGroupResponseMember(member_id=m, group_instance_id=i if ctx.api_version >= 5 else None, metadata=md)
+            for m, i, md in r.members
+        ],
+    )
+    if ctx.api_version < 7:
+        resp.protocol_name = resp.protocol_name or ""
+    return resp
+
+
+async def handle_sync_group(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _SG.response_class()
+    bad = id_error(req.group_id, req.member_id, req.group_instance_id)
+    if bad is not None:
+        return cls(throttle_time_ms=0, error_code=bad[0], assignment=b"")
+    assignments = {a.member_id: bytes(a.assignment) for a in req.assignments}
+    r = await broker.groups.sync(
+        req.group_id,
+        req.member_id,
+        req.group_instance_id,
+        req.generation_id,
+        req.protocol_type if ctx.api_version >= 5 else None,
+        req.protocol_name if ctx.api_version >= 5 else None,
+        assignments,
+    )
+    v5 = ctx.api_version >= 5
+    return cls(
+        throttle_time_ms=0,
+        error_code=r.error,
+        protocol_type=r.protocol_type if v5 else None,
+        protocol_name=r.protocol_name if v5 else None,
+        assignment=r.assignment,
+    )
+
+
+def handle_heartbeat(broker: Any, ctx: Any, req: Any) -> Any:
+    error = broker.groups.heartbeat(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
+    return _HB.response_class()(throttle_time_ms=0, error_code=error)
+
+
+def handle_leave_group(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _LG.response_class()
+    if ctx.api_version >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in req.members]
+    else:
+        members = [(req.member_id, None)]
+    error, errors = broker.groups.leave(req.group_id, members)
+    if ctx.api_version < 3:
+        return cls(throttle_time_ms=0, error_code=error or (errors[0] if errors else 0))
+    return cls(
+        throttle_time_ms=0,
+        error_code=error,
+        members=[
+            cls.MemberResponse(member_id=m, group_instance_id=i, error_code=e) for (m, i), e in zip(members, errors)
+        ],
+    )
+
+
+async def handle_offset_commit(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _OC.response_class()
+    by_id = ctx.api_version >= 10
+    wanted: list[tuple[str, int, int, int, str | None]] = []
+    names: list[tuple[Any, Any]] = []
+    unknown_ids = set()
+    for t in req.topics:
+        name = t.name
+        if by_id:
+            topic = broker.topics.by_id(t.topic_id)
+            if topic is None:
+                unknown_ids.add(t.topic_id)
+            name = topic.name if topic is not None else ""
+        for p in t.partitions:
+            names.append((t, p))
+            wanted.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata))
+    bad = id_error(req.group_id, req.member_id, req.group_instance_id)
+    try:
+        if bad is not None:
+            raise KafkaErrorResponse(bad[0], bad[1])
+        _, errors = await broker.groups.commit(
+            req.group_id, req.generation_id_or_member_epoch, req.member_id, req.group_instance_id, wanted
+        )
+    except KafkaErrorResponse as e:
+        errors = [e.code] * len(wanted)
+    topics: dict[int, Any] = {}
+    out = []
+    for (t, p), e in zip(names, errors):
+        tr = topics.get(id(t))
+        if tr is None:
+            tr = cls.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id)
+            topics[id(t)] = tr
+            out.append(tr)
+        if by_id and t.topic_id in unknown_ids:
+            e = ErrorCode.UNKNOWN_TOPIC_ID
+        tr.partitions.append(cls.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=e))
+    return cls(throttle_time_ms=0, topics=out)
+
+
+def handle_offset_fetch(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _OF.response_class()
+    v = ctx.api_version
+    if v >= 8:
+        groups = [(g.group_id, g.topics) for g in req.groups]
+    else:
+        groups = [(req.group_id, req.topics)]
+    results = []
+    for gid, topics in groups:
+        if topics is None:
+            wanted = None
+        elif v >= 10:
+            wanted = []
+            for t in topics:
+                topic = broker.topics.by_id(t.topic_id)
+                wanted.append((topic.name if topic else "", list(t.partition_indexes)))
+        else:
+            wanted = [(t.name, list(t.partition_indexes)) for t in topics]
+        try:
+            error, found = broker.groups.fetch_offsets(gid, wanted)
+        except KafkaErrorResponse as e:
+            error, found = e.code, {}
+        results.append((gid, error, found))
+    if v >= 8:
+        return cls(
+            throttle_time_ms=0,
+            groups=[
+                cls.OffsetFetchResponseGroup(
+                    group_id=gid, error_code=error, topics=_fetched_topics(cls, broker, found, v, True)
+                )
+                for gid, error, found in results
+            ],
+        )
+    gid, error, found = results[0]
+    return cls(throttle_time_ms=0, error_code=error, topics=_fetched_topics(cls, broker, found, v, False))
+
+
+def _fetched_topics(cls: Any, broker: Any, found: dict, v: int, grouped: bool) -> list:
+    by_topic: dict[str, Any] = {}
+    topic_cls = cls.OffsetFetchResponseTopics if grouped else cls.OffsetFetchResponseTopic
+    part_cls = cls.OffsetFetchResponsePartitions if grouped else cls.OffsetFetchResponsePartition
+    for (name, index), c in sorted(found.items(), key=lambda kv: kv[0]):
+        tr = by_topic.get(name)
+        if tr is None:
+            tr = topic_cls(name=name)
+            if v >= 10:
+                t = broker.topics.get(name)
+                tr.name = ""
+                if t is not None:
+                    tr.topic_id = t.topic_id
+            by_topic[name] = tr
+        if c is None:
+            tr.partitions.append(part_cls(partition_index=index, committed_offset=-1, metadata="", error_code=0))
+        else:
+            tr.partitions.append(
+                part_cls(
+                    partition_index=index,
+                    committed_offset=c.offset,
+                    committed_leader_epoch=c.leader_epoch,
+                    metadata=c.metadata,
+                    error_code=0,
+                )
+            )
+    return list(by_topic.values())
+
+
+async def handle_offset_delete(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _OD.response_class()
+    partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    try:
+        error, errors = await broker.groups.delete_offsets(req.group_id, partitions)
+    except KafkaErrorResponse as e:
+        return cls(error_code=e.code, throttle_time_ms=0)
+    if error:
+        return cls(error_code=error, throttle_time_ms=0)
+    out: dict[str, Any] = {}
+    for (name, index), e in zip(partitions, errors):
+        tr = out.setdefault(name, cls.OffsetDeleteResponseTopic(name=name))
+        tr.partitions.append(cls.OffsetDeleteResponsePartition(partition_index=index, error_code=e))
+    return cls(error_code=0, throttle_time_ms=0, topics=list(out.values()))
+
+
+def handle_describe_groups(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _DG.response_class()
+    out = []
+    for gid in req.groups:
+        d = cls.DescribedGroup(group_id=gid)
+        out.append(d)
+        try:
+            _, shard = broker.groups._route(gid)
+        except KafkaErrorResponse as e:
+            if e.code == ErrorCode.GROUP_ID_NOT_FOUND:  # another type of group: unknown to this API
+                d.group_state = GroupState.DEAD.value
+                if ctx.api_version < 6:
+                    continue
+            d.error_code, d.error_message = e.code, e.detail
+            continue
+        g = shard.group(gid)
+        if g is None:
+            d.group_state = GroupState.DEAD.value
+            if ctx.api_version >= 6:
+                d.error_code = ErrorCode.GROUP_ID_NOT_FOUND
+                d.error_message = f"Group {gid} not found."
+            continue
+        d.group_state = g.state.value
+        d.protocol_type = g.protocol_type or ""
+        d.protocol_data = g.protocol_name or ""
+        if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.PREPARING_REBALANCE):
+            stable = g.state == GroupState.STABLE
+            d.members = [
+                cls.DescribedGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=m.metadata(g.protocol_name) if stable and g.protocol_name else b"",
+                    member_assignment=m.assignment if stable else b"",
+                )
+                for m in g.members.values()
+            ]
+    return cls(throttle_time_ms=0, groups=out)
+
+
+def handle_list_groups(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _LS.response_class()
+    states = {s.lower() for s in req.states_filter} if ctx.api_version >= 4 else set()
+    types = {t.lower() for t in req.types_filter} if ctx.api_version >= 5 else set()
+    out = []
+    for shard in broker.groups.runtime.shards.values():
+        for gid, g in shard.groups.items():
+            if g.state == GroupState.DEAD:
+                continue
+            if states and g.state.value.lower() not in states:
+                continue
+            if types and "classic" not in types:
+                continue
+            out.append(
+                cls.ListedGroup(
+                    group_id=gid, protocol_type=g.protocol_type or "", group_state=g.state.value, group_type="classic"
+                )
+            )
+    if not types or "share" in types:
+        for sg in broker.groups.share.list_groups():
+            if states and sg.state.lower() not in states:
+                continue
+            out.append(
+                cls.ListedGroup(group_id=sg.group_id, protocol_type="share", group_state=sg.state, group_type="share")
+            )
+    return cls(throttle_time_ms=0, error_code=0, groups=out)
+
+
+async def handle_delete_groups(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _DEL.response_class()
+    errors = await broker.groups.delete_groups(list(req.groups_names))
+    return cls(
+        throttle_time_ms=0,
+        results=[cls.DeletableGroupResult(group_id=g, error_code=e) for g, e in zip(req.groups_names, errors)],
+    )
+
+
+def register(table: Any) -> None:
+    table.add("FindCoordinator", handle_find_coordinator)
+    table.add("JoinGroup", handle_join_group)
+    table.add("SyncGroup", handle_sync_group)
+    table.add("Heartbeat", handle_heartbeat)
+    table.add("LeaveGroup", handle_leave_group)
+    table.add("OffsetCommit", handle_offset_commit)
+    table.add("OffsetFetch", handle_offset_fetch)
+    table.add("OffsetDelete", handle_offset_delete)
+    table.add("DescribeGroups", handle_describe_groups)
+    table.add("ListGroups", handle_list_groups)
+    table.add("DeleteGroups", handle_delete_groups)

@@ -1,0 +1,143 @@
+"""Metadata and DescribeCluster: this node is the whole cluster.
+
+Every partition is led by this node with a constant leader epoch (0), so
+clients never need OffsetForLeaderEpoch. Topic ids are real and stable
+(librdkafka fetches by id from Fetch v13 and its share consumer resolves
+assignments by id). Unknown topics are auto-created when
+auto.create.topics.enable is on and the request allows it (v4+), as Kafka
+does; internal topics are never auto-created by a client.
+
+A partition whose log directory is offline is shown as Kafka shows the
+partitions of a failed log dir once the controller has moved leadership off
+it (KRaftMetadataCache over ReplicationControlManager.handleDirectoriesOffline):
+error LEADER_NOT_AVAILABLE, leader -1, this node still the replica and in the
+ISR, and listed in offline_replicas. Clients then stop sending it produce and
+fetch requests and wait for a leader, instead of retrying against this node.
+Kafka also bumps the leader epoch; Shoal keeps its constant epoch, because
+its logs come back at the same epoch after the restart that brings the
+directory back, and clients ignore metadata whose epoch goes backwards.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from shoal.broker.partition.topics import INTERNAL_TOPICS, validate_topic_name
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+
+_MD = api_by_name("Metadata")
+_DC = api_by_name("DescribeCluster")
+LEADER_EPOCH = 0
+NO_LEADER = -1
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def topic_metadata(broker: Any, topic: Any, cls: Any) -> Any:
+    node = broker.node_id
+    return cls.MetadataResponseTopic(
+        error_code=0,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.internal,
+        partitions=[
+            cls.MetadataResponsePartition(
+                error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+                partition_index=p.index,
+                leader_id=NO_LEADER,
+                leader_epoch=LEADER_EPOCH,
+                replica_nodes=[node],
+                isr_nodes=[node],
+                offline_replicas=[node],
+            )
+            if p.offline
+            else cls.MetadataResponsePartition(
+                error_code=0,
+                partition_index=p.index,
+                leader_id=node,
+                leader_epoch=LEADER_EPOCH,
+                replica_nodes=[node],
+                isr_nodes=[node],
+                offline_replicas=[],
+            )
+            for p in topic.partitions
+        ],
+    )
+
+
+def handle_metadata(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _MD.response_class()
+    topics = broker.topics
+    out = []
+    if req.topics is None:
+        out = [topic_metadata(broker, t, cls) for t in topics]
+    else:
+        allow_create = broker.config.get("auto.create.topics.enable") and (
+            ctx.api_version < 4 or req.allow_auto_topic_creation
+        )
+        for rt in req.topics:
+            if rt.name is None:
+                if ctx.api_version < 10 or rt.topic_id == ZERO_UUID:
+                    out.append(cls.MetadataResponseTopic(error_code=ErrorCode.INVALID_REQUEST, name=None))
+                    continue
+                t = topics.by_id(rt.topic_id)
+                if t is None:
+                    out.append(
+                        cls.MetadataResponseTopic(
+                            error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=rt.topic_id
+                        )
+                    )
+                else:
+                    out.append(topic_metadata(broker, t, cls))
+                continue
+            t = topics.get(rt.name)
+            if t is None:
+                try:
+                    validate_topic_name(rt.name)
+                except KafkaErrorResponse as e:
+                    out.append(cls.MetadataResponseTopic(error_code=e.code, name=rt.name))
+                    continue
+                if allow_create and rt.name not in INTERNAL_TOPICS:
+                    from shoal.broker.handlers.admin import create_topic
+
+                    try:
+                        t = create_topic(broker, rt.name, -1, {})
+                    except KafkaErrorResponse as e:
+                        out.append(cls.MetadataResponseTopic(error_code=e.code, name=rt.name))
+                        continue
+                else:
+                    out.append(cls.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=rt.name))
+                    continue
+            out.append(topic_metadata(broker, t, cls))
+    return cls(
+        throttle_time_ms=0,
+        brokers=[cls.MetadataResponseBroker(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)],
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=out,
+    )
+
+
+def handle_describe_cluster(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _DC.response_class()
+    if ctx.api_version >= 1 and req.endpoint_type != 1:
+        # Shoal has no separate controller listener: only brokers (type 1) are described.
+        return cls(
+            error_code=ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+            error_message="Shoal only describes broker endpoints",
+            endpoint_type=req.endpoint_type,
+            cluster_id=broker.cluster_id,
+        )
+    return cls(
+        error_code=0,
+        endpoint_type=1,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        brokers=[cls.DescribeClusterBroker(broker_id=broker.node_id, host=broker.host, port=broker.port, rack=None)],
+    )
+
+
+def register(table: Any) -> None:
+    table.add("Metadata", handle_metadata)
+    table.add("DescribeCluster", handle_describe_cluster)

@@ -1,0 +1,348 @@
+"""ShareFetch and ShareAcknowledge: the data path of share groups (KIP-932).
+
+A ShareFetch runs in four steps, as Kafka's does:
+
+1. the share session (shoal/broker/share/share_session.py) is opened (epoch 0),
+   advanced, or closed (epoch -1); its errors are top-level errors;
+2. piggy-backed acknowledgements are applied, each partition's batches
+   written durably before the answer (their outcome goes in
+   AcknowledgeErrorCode);
+3. every partition of the session is loaded and records are acquired, up to
+   MaxRecords in total and MaxBytes of log data, split evenly across the
+   partitions that have records to acquire (Kafka's "uniform" strategy); a
+   partition is read for as long as that leaves room; when nothing at all
+   could be acquired the request waits as a DelayedShareFetch in the fetch purgatory
+   (woken by produce, releases, lock expiries and acks) until MaxWaitMs;
+4. the response names every partition the request named plus every
+   partition with records or errors; Records is never null (librdkafka drops
+   a response with a null Records).
+
+ShareAcknowledge does steps 1 and 2 only. A final request (epoch -1) releases
+whatever the member still holds on the session's partitions after its acks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from shoal.broker.handlers.fetch import fetch_key
+from shoal.broker.handlers.limits import id_error
+from shoal.broker.share.share_session import ContextKind, SessionError
+from shoal.broker.timing.purgatory import DelayedOperation
+from shoal.protocol.api import api_by_name
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+
+_SF = api_by_name("ShareFetch")
+_SA = api_by_name("ShareAcknowledge")
+
+RENEW = 4
+BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
+
+PKey = tuple[uuid.UUID, int]
+
+
+def _acks(topics: Any) -> dict[PKey, list[tuple[int, int, list[int]]]]:
+    out: dict[PKey, list[tuple[int, int, list[int]]]] = {}
+    for t in topics:
+        for p in t.partitions:
+            if p.acknowledgement_batches:
+                out.setdefault((t.topic_id, p.partition_index), []).extend(
+                    (b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in p.acknowledgement_batches
+                )
+    return out
+
+
+async def _apply_acks(
+    broker: Any, gid: str, member: str, acks: dict[PKey, list], renew_ok: bool, renew_enabled: bool
+) -> dict[PKey, tuple[int, str | None]]:
+    mgr = broker.share_partitions
+    out: dict[PKey, tuple[int, str | None]] = {}
+    pending = []
+    for (tid, index), batches in acks.items():
+        if any(RENEW in types for _, _, types in batches):
+            if not renew_ok:
+                out[(tid, index)] = (ErrorCode.INVALID_REQUEST, "RENEW acknowledgements need IsRenewAck.")
+                continue
+            if not renew_enabled:
+                out[(tid, index)] = (ErrorCode.INVALID_RECORD_STATE, "share.renew.acknowledge.enable is false.")
+                continue
+        pending.append(((tid, index), batches))
+
+    async def one(key: PKey, batches: list) -> None:
+        try:
+            entry = await mgr.get(gid, key[0], key[1])
+            out[key] = await mgr.acknowledge(entry, member, batches)
+        except KafkaErrorResponse as e:
+            out[key] = (e.code, e.detail)
+
+    await asyncio.gather(*(one(k, b) for k, b in pending))
+    return out
+
+
+class ShareFetchOperation:
+    """The fetch half of one ShareFetch: which partitions, and what was acquired."""
+
+    def __init__(self, broker: Any, gid: str, member: str, req: Any, version: int) -> None:
+        self.broker = broker
+        self.gid, self.member = gid, member
+        # The share session this fetch belongs to: once it is closed, replaced or evicted
+        # (its connection closed, the member left or was removed), the fetch acquires nothing.
+        self.session = broker.share_partitions.sessions.get(gid, member)
+        self.max_records = req.max_records
+        self.max_bytes = req.max_bytes
+        self.batch_optimized = version < 2 or req.share_acquire_mode != RECORD_LIMIT
+        self.batch_size = req.batch_size if req.batch_size > 0 else None
+        self.entries: dict[PKey, Any] = {}
+        self.errors: dict[PKey, tuple[int, str | None]] = {}
+        self.acquired: dict[PKey, Any] = {}
+
+    async def load(self, partitions: list[PKey]) -> None:
+        mgr = self.broker.share_partitions
+
+        async def one(key: PKey) -> None:
+            try:
+                self.entries[key] = await mgr.get(self.gid, key[0], key[1])
+            except KafkaErrorResponse as e:
+                self.errors[key] = (e.code, e.detail)
+
+        await asyncio.gather(*(one(k) for k in partitions))
+
+    def try_acquire(self) -> bool:
+        """Acquire from every partition while records and bytes remain; True if anything was acquired.
+
+        MaxBytes is split evenly across the partitions that can acquire now (Kafka's
+        "uniform" PartitionMaxBytesStrategy); MaxRecords is taken in partition order."""
+        mgr = self.broker.share_partitions
+        if not self.session_alive():
+            return False
+        live = [
+            (key, entry)
+            for key, entry in self.entries.items()
+            # an entry dropped meanwhile (topic deleted) is skipped
+            if mgr.entries.get(entry.key) is entry and mgr.acquirable(entry)
+        ]
+        if not live:
+            return False
+        share = max(1, self.max_bytes // len(live))
+        records, budget = self.max_records, self.max_bytes
+        for key, entry in live:
+            if records <= 0 or budget <= 0:
+                break
+            got = mgr.acquire(
+                entry,
+                self.member,
+                records,
+                min(share, budget),
+                batch_optimized=self.batch_optimized,
+                batch_size=self.batch_size,
+            )
+            if got is None:
+                continue
+            self.acquired[key] = got
+            records -= sum(last - first + 1 for first, last, _ in got.ranges)
+            budget -= len(got.records)
+        return bool(self.acquired)
+
+    def session_alive(self) -> bool:
+        return (
+            self.session is not None
+            and self.broker.share_partitions.sessions.get(self.gid, self.member) is self.session
+        )
+
+    def watch_keys(self) -> list[tuple]:
+        return [fetch_key(e.partition.topic.name, e.partition.index) for e in self.entries.values()]
+
+    def anything_acquirable(self) -> bool:
+        mgr = self.broker.share_partitions
+        return any(mgr.acquirable(e) for e in self.entries.values())
+
+
+class DelayedShareFetch(DelayedOperation):
+    __slots__ = ("future", "op")
+
+    def __init__(self, op: ShareFetchOperation, timeout_ms: int, future: asyncio.Future) -> None:
+        super().__init__(timeout_ms)
+        self.op, self.future = op, future
+
+    def try_complete(self) -> bool:
+        if self.future.done() or not self.op.session_alive():
+            return self.force_complete()  # nothing to wait for: the session is gone
+        if self.op.anything_acquirable() and self.op.try_acquire():
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+    def on_expiration(self) -> None:
+        pass
+
+
+def _leader(cls: Any, broker: Any) -> Any:
+    return cls.LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=0)
+
+
+def _endpoints(cls: Any, broker: Any) -> list:
+    return [cls.NodeEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)]
+
+
+async def handle_share_fetch(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _SF.response_class()
+    version = ctx.api_version
+    mgr = broker.share_partitions
+    gid, member = req.group_id, req.member_id
+    lock_ms = 0
+
+    def top(code: int, message: str | None) -> Any:
+        return cls(
+            throttle_time_ms=0,
+            error_code=code,
+            error_message=message,
+            acquisition_lock_timeout_ms=lock_ms,
+            responses=[],
+        )
+
+    if not gid or not member:
+        return top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set.")
+    bad = id_error(gid, member)
+    if bad is not None:
+        return top(*bad)
+    lock_ms = mgr.setting(gid, "share.record.lock.duration.ms")
+    if req.max_records < 0 or (version >= 1 and req.max_records == 0 and req.share_session_epoch != -1):
+        return top(ErrorCode.INVALID_REQUEST, "MaxRecords must be positive.")
+    named: list[PKey] = []
+    for t in req.topics:
+        for p in t.partitions:
+            if (t.topic_id, p.partition_index) not in named:
+                named.append((t.topic_id, p.partition_index))
+    forgotten = [(t.topic_id, i) for t in req.forgotten_topics_data for i in t.partitions]
+    acks = _acks(req.topics)
+    session = mgr.sessions.open_or_update(
+        gid,
+        member,
+        req.share_session_epoch,
+        named,
+        forgotten,
+        connection_id=ctx.connection,
+        acknowledgements=bool(acks),
+    )
+    if isinstance(session, SessionError):
+        if session.error_code == ErrorCode.SHARE_SESSION_LIMIT_REACHED and req.max_wait_ms > 0:
+            await asyncio.sleep(req.max_wait_ms / 1000)  # as Kafka: do not let the client spin
+        return top(session.error_code, session.message)
+
+    renew = version >= 2 and req.is_renew_ack
+    ack_results = (
+        await _apply_acks(broker, gid, member, acks, renew, mgr.setting(gid, "share.renew.acknowledge.enable"))
+        if acks
+        else {}
+    )
+
+    op = ShareFetchOperation(broker, gid, member, req, version)
+    if session.kind == ContextKind.FINAL:
+        removed = session.removed_session
+        if removed is not None:
+            mgr.release(gid, member, set(removed.partitions))
+    elif not renew:
+        await op.load(list(session.fetch_partitions))
+        if not op.try_acquire() and not op.errors and req.max_wait_ms > 0 and op.entries:
+            future = asyncio.get_running_loop().create_future()
+            broker.fetch_purgatory.try_complete_else_watch(
+                DelayedShareFetch(op, req.max_wait_ms, future), op.watch_keys()
+            )
+            await future
+
+    keys = list(named)
+    for k in list(op.acquired) + list(op.errors) + list(ack_results):
+        if k not in keys:
+            keys.append(k)
+    by_topic: dict[uuid.UUID, Any] = {}
+    for key in keys:
+        tid, index = key
+        pd = cls.PartitionData(
+            partition_index=index,
+            error_message=None,
+            acknowledge_error_message=None,
+            current_leader=_leader(cls, broker),
+            records=b"",
+        )
+        if key in op.errors:
+            pd.error_code, pd.error_message = op.errors[key]
+        if key in ack_results:
+            pd.acknowledge_error_code, pd.acknowledge_error_message = ack_results[key]
+        got = op.acquired.get(key)
+        if got is not None:
+            pd.records = got.records
+            pd.acquired_records = [
+                cls.AcquiredRecords(first_offset=f, last_offset=last, delivery_count=n) for f, last, n in got.ranges
+            ]
+        topic = by_topic.get(tid)
+        if topic is None:
+            topic = by_topic[tid] = cls.ShareFetchableTopicResponse(topic_id=tid)
+        topic.partitions.append(pd)
+    return cls(
+        throttle_time_ms=0,
+        error_code=0,
+        error_message=None,
+        acquisition_lock_timeout_ms=lock_ms,
+        responses=list(by_topic.values()),
+        node_endpoints=_endpoints(cls, broker),
+    )
+
+
+async def handle_share_acknowledge(broker: Any, ctx: Any, req: Any) -> Any:
+    cls = _SA.response_class()
+    version = ctx.api_version
+    mgr = broker.share_partitions
+    gid, member = req.group_id, req.member_id
+    lock_ms = mgr.setting(gid, "share.record.lock.duration.ms") if gid else 0
+
+    def top(code: int, message: str | None) -> Any:
+        out = cls(throttle_time_ms=0, error_code=code, error_message=message, responses=[])
+        if version >= 2:
+            out.acquisition_lock_timeout_ms = lock_ms
+        return out
+
+    if not gid or not member:
+        return top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set.")
+    bad = id_error(gid, member)
+    if bad is not None:
+        return top(*bad)
+    session = mgr.sessions.for_acknowledge(gid, member, req.share_session_epoch)
+    if isinstance(session, SessionError):
+        return top(session.error_code, session.message)
+    acks = _acks(req.topics)
+    renew = version >= 2 and req.is_renew_ack
+    results = await _apply_acks(broker, gid, member, acks, renew, mgr.setting(gid, "share.renew.acknowledge.enable"))
+    if session.kind == ContextKind.FINAL and session.removed_session is not None:
+        mgr.release(gid, member, set(session.removed_session.partitions))
+    by_topic: dict[uuid.UUID, Any] = {}
+    for t in req.topics:
+        for p in t.partitions:
+            key = (t.topic_id, p.partition_index)
+            code, message = results.get(key, (0, None))
+            topic = by_topic.get(t.topic_id)
+            if topic is None:
+                topic = by_topic[t.topic_id] = cls.ShareAcknowledgeTopicResponse(topic_id=t.topic_id)
+            if any(x.partition_index == p.partition_index for x in topic.partitions):
+                continue
+            topic.partitions.append(
+                cls.PartitionData(
+                    partition_index=p.partition_index,
+                    error_code=code,
+                    error_message=message,
+                    current_leader=_leader(cls, broker),
+                )
+            )
+    out = top(0, None)
+    out.responses = list(by_topic.values())
+    out.node_endpoints = _endpoints(cls, broker)
+    return out
+
+
+def register(table: Any) -> None:
+    table.add("ShareFetch", handle_share_fetch)
+    table.add("ShareAcknowledge", handle_share_acknowledge)

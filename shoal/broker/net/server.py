@@ -1,0 +1,109 @@
+"""The listening socket(s) and the set of live connections.
+
+Kept apart from `Broker` so that the broker's state (topics, coordinators,
+purgatories) never depends on how bytes arrive: the server owns sockets,
+idle-connection reaping and the graceful stop sequence (stop accepting, let
+in-flight requests finish, close).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from shoal.broker.config.keys import parse_ip_overrides
+from shoal.broker.net.buffers import FramePool
+from shoal.broker.net.connection import Connection
+
+if TYPE_CHECKING:
+    from shoal.broker.broker import Broker
+
+log = logging.getLogger("shoal.server")
+QUIET_MS = 1000  # a connection this quiet gives back the staging pages of its last burst
+
+
+class Server:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.clock = broker.clock
+        cfg = broker.config
+        self.max_frame_bytes = cfg.get("socket.request.max.bytes")
+        self.max_queued_requests = cfg.get("queued.max.requests")
+        self.idle_ms = cfg.get("connections.max.idle.ms")
+        self.connections: set[Connection] = set()
+        # Kafka's connection quotas: past a limit, a new connection is closed as it is accepted.
+        self.max_connections = cfg.get("max.connections")
+        self.max_per_ip = cfg.get("max.connections.per.ip")
+        self.per_ip_overrides = parse_ip_overrides(cfg.get("max.connections.per.ip.overrides"))
+        self.per_ip: Counter[str] = Counter()
+        self.refused = 0  # connections closed at accept by a limit, ever
+        self.frame_pool = FramePool()  # receive buffers of large frames, shared by connections
+        self._servers: list[asyncio.base_events.Server] = []
+        self._reaper: asyncio.Task | None = None
+        self.bound: list[tuple[str, int]] = []
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        srv = await loop.create_server(lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024)
+        self._servers.append(srv)
+        for sock in srv.sockets:
+            self.bound.append(sock.getsockname()[:2])
+        log.info("listening on %s", ", ".join(f"{h}:{p}" for h, p in self.bound))
+        if self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap_idle())
+
+    def admit(self, ip: str) -> str | None:
+        """Count a new connection from `ip`; the limit it breaks (it is then not counted), or None."""
+        if len(self.connections) >= self.max_connections:
+            reason = f"max.connections ({self.max_connections})"
+        elif self.per_ip[ip] >= self.per_ip_overrides.get(ip, self.max_per_ip):
+            reason = f"max.connections.per.ip for {ip} ({self.per_ip_overrides.get(ip, self.max_per_ip)})"
+        else:
+            self.per_ip[ip] += 1
+            return None
+        self.refused += 1
+        return reason
+
+    def release(self, ip: str) -> None:
+        self.per_ip[ip] -= 1
+        if self.per_ip[ip] <= 0:
+            del self.per_ip[ip]
+
+    async def _reap_idle(self) -> None:
+        """Close connections idle past connections.max.idle.ms; and once a connection has been
+        quiet for QUIET_MS, give back the receive-buffer pages its last burst touched."""
+        interval = max(0.05, min(self.idle_ms / 1000 / 4, 30.0, QUIET_MS / 1000))
+        while True:
+            await asyncio.sleep(interval)
+            now = self.clock.monotonic_ms()
+            for conn in list(self.connections):
+                quiet = now - conn.last_active
+                if conn.in_flight == 0 and quiet > self.idle_ms:
+                    log.info("closing idle connection from %s", conn.peer)
+                    conn.close()
+                elif quiet > QUIET_MS:
+                    conn.release_buffers()
+
+    def stop_accepting(self) -> None:
+        for srv in self._servers:
+            srv.close()
+
+    async def drain(self, timeout: float) -> None:
+        """Stop reading requests, then wait (bounded) until no connection has one in flight."""
+        for conn in list(self.connections):
+            conn.stop_reading()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(c.in_flight for c in self.connections) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for conn in list(self.connections):
+            conn.close()
+        for srv in self._servers:
+            srv.close()
+            await srv.wait_closed()

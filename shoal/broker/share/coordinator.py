@@ -1,0 +1,373 @@
+"""The share coordinator: where the delivery state of share-partitions lives.
+
+Why it exists: a share-partition leader keeps its in-flight records in
+memory, but which offsets are finished, released or archived (and how often
+each was delivered) must outlive the leader. Kafka gives that state its own
+coordinator on its own internal topic, `__share_group_state`, found with
+FindCoordinator key type SHARE. Its callers are the group coordinator
+(initialize when a share group starts consuming a partition, delete when the
+group or topic goes), the share-partition leaders (read on first fetch,
+write after acknowledgements and lock timeouts) and admin paths (the summary
+for lag and offsets). All of them may call the async methods below in
+process; remote callers use APIs 83-87 (shoal/broker/handlers/share_state.py).
+
+Shape: the sans-IO `ShareStateShard` (one per partition of the topic) run by
+the shared `CoordinatorRuntime`: an operation validates against memory and
+returns records; the runtime appends and replays them, and the answer waits
+until they are durable (at most share.coordinator.write.timeout.ms, as
+Kafka). Load-in-progress and not-coordinator come back as error codes, never
+as exceptions, so callers handle one kind of outcome.
+
+Routing is Kafka's, so clients and tools agree on the coordinator: the key
+is `group:topicId:partition` with the topic id in Kafka's text form
+(URL-safe base64 without padding) and the partition is
+`abs(javaHash(key)) % partitions`.
+
+Rules applied here rather than in the shard (Kafka >= 4.1): a read or write
+of a share-partition that was never initialized is INVALID_REQUEST (only
+initialize creates state; the summary of an unknown key is the defaults),
+and initializing, reading or writing a topic id or partition the broker
+does not know is UNKNOWN_TOPIC_OR_PARTITION. Deleting state and reading a
+summary skip that check (Kafka refuses a delete too): the state of a deleted
+topic is tombstoned here when the topic goes, so the group coordinator's
+later cleanup of it must succeed rather than retry forever.
+
+Pruning instead of compaction: like Kafka, the topic is created with
+cleanup.policy=delete and retention.ms=-1. Every
+share.coordinator.state.topic.prune.interval.ms the coordinator asks each
+shard for the lowest offset a replay still needs (each live key's latest
+ShareSnapshot; the log end when no key is live), makes the log durable up
+to its end, and moves the partition's log start there (DeleteRecords). A
+restart then replays only what still matters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from shoal.broker.coordinator.runtime import CoordinatorRuntime, Record, partition_for
+from shoal.broker.log import LogError
+from shoal.broker.share.state import (
+    DEFAULT_STATE_EPOCH,
+    UNINITIALIZED_START_OFFSET,
+    ReadResult,
+    ShareStateShard,
+    SummaryResult,
+)
+from shoal.protocol.coordinator_records import serde
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+
+log = logging.getLogger("shoal.share.coordinator")
+
+TOPIC = "__share_group_state"
+
+# Error text for the refusals Kafka explains in the response (our wording).
+UNINITIALIZED_READ = "the share-partition has no state yet: it must be initialized before it is read"
+UNINITIALIZED_WRITE = "the share-partition has no state yet: it must be initialized before it is written"
+EMPTY_GROUP = "the group id must not be empty"
+NEGATIVE_PARTITION = "the partition index must not be negative"
+BAD_STATE = "the start offset or state batches are invalid (ranges must be ordered, disjoint, states 0/2/4)"
+
+Outcome = tuple[ErrorCode, str | None]
+
+
+def kafka_uuid(u: uuid.UUID) -> str:
+    """Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(u.bytes).decode().rstrip("=")
+
+
+def coordinator_key(group: str, topic_id: uuid.UUID, partition: int) -> str:
+    """Kafka's SharePartitionKey coordinator key: what FindCoordinator(SHARE) hashes."""
+    return f"{group}:{kafka_uuid(topic_id)}:{partition}"
+
+
+def state_partition(group: str, topic_id: uuid.UUID, partition: int, partitions: int) -> int:
+    """The __share_group_state partition of a share-partition, given the topic's partition count."""
+    return partition_for(coordinator_key(group, topic_id, partition), partitions)
+
+
+def _error(code: int, message: str | None = None) -> Outcome:
+    error = ErrorCode(code)
+    return error, message if message is not None else error.message
+
+
+class ShareCoordinator:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.snapshot_every: int = cfg.get("share.coordinator.snapshot.update.records.per.snapshot")
+        self.write_timeout_s: float = cfg.get("share.coordinator.write.timeout.ms") / 1000
+        self.prune_interval_ms: int = cfg.get("share.coordinator.state.topic.prune.interval.ms")
+        self.runtime = CoordinatorRuntime(
+            broker,
+            TOPIC,
+            cfg.get("share.coordinator.state.topic.num.partitions"),
+            serde("share"),
+            self._make_shard,
+            {
+                "cleanup.policy": "delete",
+                "retention.ms": "-1",
+                "segment.bytes": str(cfg.get("share.coordinator.state.topic.segment.bytes")),
+                "compression.type": "producer",
+            },
+        )
+        self._prune_task: asyncio.Task | None = None
+
+    def _make_shard(self, partition: int) -> ShareStateShard:
+        return ShareStateShard(partition, snapshot_every=self.snapshot_every, now_ms=self.broker.clock.now_ms)
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> None:
+        """Create the topic if needed, load it in the background, start pruning."""
+        self.runtime.start()
+        self._prune_task = asyncio.create_task(self._prune_loop())
+
+    def close(self) -> None:
+        self.runtime.close()
+        if self._prune_task is not None:
+            self._prune_task.cancel()
+
+    @property
+    def loaded(self) -> asyncio.Event:
+        return self.runtime.loaded
+
+    # -- routing -----------------------------------------------------------------
+    def key_partition(self, group: str, topic_id: uuid.UUID, partition: int) -> int:
+        """The __share_group_state partition holding this share-partition's state."""
+        return state_partition(group, topic_id, partition, self.runtime.num_partitions)
+
+    def _check(self, group: str, topic_id: uuid.UUID, partition: int, *, exists: bool = True) -> Outcome | None:
+        """Field checks, and (`exists`) that the topic-partition is known. None: fine."""
+        if not group:
+            return _error(ErrorCode.INVALID_REQUEST, EMPTY_GROUP)
+        if partition < 0:
+            return _error(ErrorCode.INVALID_REQUEST, NEGATIVE_PARTITION)
+        if not exists:
+            return None
+        topic = self.broker.topics.by_id(topic_id)
+        if topic is None or partition >= len(topic.partitions):
+            return _error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return None
+
+    def _shard(self, group: str, topic_id: uuid.UUID, partition: int) -> tuple[int, ShareStateShard]:
+        """(partition, loaded shard); raises COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR."""
+        p = self.key_partition(group, topic_id, partition)
+        return p, self.runtime.shard(p)
+
+    async def _persist(self, p: int, records: Sequence[Record]) -> Outcome | None:
+        """Append + replay now; wait (bounded) until durable. None when it is."""
+        if not records:
+            return None
+        try:
+            fut = self.runtime.append(p, records)
+        except KafkaErrorResponse as e:
+            log.error("%s-%d: append failed: %s", TOPIC, p, e)
+            return _error(e.code, f"could not write share-group state: {e}")
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), self.write_timeout_s)
+        except TimeoutError:
+            return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out")
+        except KafkaErrorResponse as e:
+            log.error("%s-%d: state not made durable: %s", TOPIC, p, e)
+            return _error(e.code, f"could not write share-group state: {e}")
+        return None
+
+    # -- operations, with the error text Kafka puts in responses --------------------
+    async def initialize_state(
+        self, group: str, topic_id: uuid.UUID, partition: int, state_epoch: int, start_offset: int
+    ) -> Outcome:
+        """InitializeShareGroupState for one share-partition."""
+        bad = self._check(group, topic_id, partition)
+        if bad is not None:
+            return bad
+        try:
+            p, shard = self._shard(group, topic_id, partition)
+        except KafkaErrorResponse as e:
+            return _error(e.code)
+        records, error = shard.initialize(group, topic_id, partition, state_epoch, start_offset)
+        if error != ErrorCode.NONE:
+            return _error(error, BAD_STATE if error == ErrorCode.INVALID_REQUEST else None)
+        return await self._persist(p, records) or (ErrorCode.NONE, None)
+
+    async def read_state(
+        self, group: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
+    ) -> tuple[ReadResult, str | None]:
+        """ReadShareGroupState: the state, recording a newer leader epoch durably."""
+
+        def failed(outcome: Outcome) -> tuple[ReadResult, str | None]:
+            return ReadResult(DEFAULT_STATE_EPOCH, UNINITIALIZED_START_OFFSET, [], outcome[0]), outcome[1]
+
+        bad = self._check(group, topic_id, partition)
+        if bad is not None:
+            return failed(bad)
+        try:
+            p, shard = self._shard(group, topic_id, partition)
+        except KafkaErrorResponse as e:
+            return failed(_error(e.code))
+        if shard.state(group, topic_id, partition) is None:
+            return failed(_error(ErrorCode.INVALID_REQUEST, UNINITIALIZED_READ))
+        records, result = shard.read(group, topic_id, partition, leader_epoch)
+        if result.error != ErrorCode.NONE:
+            return failed(_error(result.error))
+        not_durable = await self._persist(p, records)
+        if not_durable is not None:
+            return failed(not_durable)
+        return result, None
+
+    async def write_state(
+        self,
+        group: str,
+        topic_id: uuid.UUID,
+        partition: int,
+        state_epoch: int,
+        leader_epoch: int,
+        start_offset: int,
+        batches: Iterable[Any],
+        delivery_complete_count: int = -1,
+    ) -> Outcome:
+        """WriteShareGroupState: merge the changed ranges (and a new start offset)."""
+        bad = self._check(group, topic_id, partition)
+        if bad is not None:
+            return bad
+        try:
+            p, shard = self._shard(group, topic_id, partition)
+        except KafkaErrorResponse as e:
+            return _error(e.code)
+        if shard.state(group, topic_id, partition) is None:
+            return _error(ErrorCode.INVALID_REQUEST, UNINITIALIZED_WRITE)
+        records, error = shard.write(
+            group, topic_id, partition, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count
+        )
+        if error != ErrorCode.NONE:
+            return _error(error, BAD_STATE if error == ErrorCode.INVALID_REQUEST else None)
+        return await self._persist(p, records) or (ErrorCode.NONE, None)
+
+    async def delete_state(self, group: str, topic_id: uuid.UUID, partition: int) -> Outcome:
+        """DeleteShareGroupState: tombstones (deleting unknown state succeeds)."""
+        bad = self._check(group, topic_id, partition, exists=False)
+        if bad is not None:
+            return bad
+        try:
+            p, shard = self._shard(group, topic_id, partition)
+        except KafkaErrorResponse as e:
+            return _error(e.code)
+        records, error = shard.delete(group, topic_id, partition)
+        if error != ErrorCode.NONE:
+            return _error(error)
+        return await self._persist(p, records) or (ErrorCode.NONE, None)
+
+    async def read_state_summary(
+        self, group: str, topic_id: uuid.UUID, partition: int, leader_epoch: int = -1
+    ) -> tuple[SummaryResult, str | None]:
+        """ReadShareGroupStateSummary: epochs, start offset, completed count (writes nothing)."""
+
+        def failed(outcome: Outcome) -> tuple[SummaryResult, str | None]:
+            return SummaryResult(DEFAULT_STATE_EPOCH, -1, UNINITIALIZED_START_OFFSET, -1, outcome[0]), outcome[1]
+
+        bad = self._check(group, topic_id, partition, exists=False)
+        if bad is not None:
+            return failed(bad)
+        try:
+            _, shard = self._shard(group, topic_id, partition)
+        except KafkaErrorResponse as e:
+            return failed(_error(e.code))
+        _, result = shard.read_summary(group, topic_id, partition, leader_epoch)
+        if result.error != ErrorCode.NONE:
+            return failed(_error(result.error))
+        return result, None
+
+    # -- the in-process API (error codes only) ------------------------------------------
+    async def initialize(
+        self, group: str, topic_id: uuid.UUID, partition: int, state_epoch: int, start_offset: int
+    ) -> ErrorCode:
+        return (await self.initialize_state(group, topic_id, partition, state_epoch, start_offset))[0]
+
+    async def read(self, group: str, topic_id: uuid.UUID, partition: int, leader_epoch: int) -> ReadResult:
+        return (await self.read_state(group, topic_id, partition, leader_epoch))[0]
+
+    async def write(
+        self,
+        group: str,
+        topic_id: uuid.UUID,
+        partition: int,
+        state_epoch: int,
+        leader_epoch: int,
+        start_offset: int,
+        batches: Iterable[Any],
+        delivery_complete_count: int = -1,
+    ) -> ErrorCode:
+        outcome = await self.write_state(
+            group, topic_id, partition, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count
+        )
+        return outcome[0]
+
+    async def delete(self, group: str, topic_id: uuid.UUID, partition: int) -> ErrorCode:
+        return (await self.delete_state(group, topic_id, partition))[0]
+
+    async def read_summary(
+        self, group: str, topic_id: uuid.UUID, partition: int, leader_epoch: int = -1
+    ) -> SummaryResult:
+        return (await self.read_state_summary(group, topic_id, partition, leader_epoch))[0]
+
+    # -- topic deletion ------------------------------------------------------------------
+    def on_topic_deleted(self, topic_id: uuid.UUID) -> None:
+        """The state of every share-partition of a deleted topic goes (tombstones)."""
+        for p, shard in list(self.runtime.shards.items()):
+            records: list[Record] = []
+            for group, tid, partition in [k for k in shard.states if k[1] == topic_id]:
+                records += shard.delete(group, tid, partition)[0]
+            if records:
+                try:
+                    fut = self.runtime.append(p, records)
+                except KafkaErrorResponse as e:
+                    log.error("%s-%d: tombstoning state of deleted topic %s failed: %s", TOPIC, p, topic_id, e)
+                    continue
+                fut.add_done_callback(_log_failure(f"tombstoning state of deleted topic {topic_id}"))
+
+    # -- pruning -------------------------------------------------------------------------
+    async def _prune_loop(self) -> None:
+        await self.runtime.loaded.wait()
+        while True:
+            await asyncio.sleep(self.prune_interval_ms / 1000)
+            await self.prune()
+
+    async def prune(self) -> dict[int, int]:
+        """Move each partition's log start up to its redundant offset.
+
+        The log is made durable up to its end first: the snapshots that make
+        the prefix redundant must be on disk before the prefix goes. Records
+        appended meanwhile only supersede more. Returns {partition: new start}
+        for the partitions that moved.
+        """
+        moved: dict[int, int] = {}
+        for p, shard in list(self.runtime.shards.items()):
+            partition = self.runtime.partition(p)
+            end = partition.log_end_offset
+            target = shard.redundant_offset(end)
+            if target <= partition.log_start_offset:
+                continue
+            try:
+                await self.broker.flusher.flush(partition.log, end)
+                if partition.advance_log_start(target):
+                    moved[p] = partition.log_start_offset
+            except (OSError, RuntimeError, LogError, KafkaErrorResponse) as e:
+                log.error("%s-%d: pruning to %d failed: %s", TOPIC, p, target, e)
+        if moved:
+            log.info("pruned %s: %s", TOPIC, ", ".join(f"{p}->{o}" for p, o in sorted(moved.items())))
+        return moved
+
+
+def _log_failure(what: str) -> Callable[[asyncio.Future], None]:
+    def done(fut: asyncio.Future) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.error("%s failed: %r", what, exc)
+
+    return done

@@ -1,0 +1,560 @@
+"""Share partitions on the partition leader: the asyncio shell around SharePartition.
+
+The SharePartition core (shoal/broker/share/share_partition.py) decides which
+records a member acquires and what an acknowledgement does; this shell gives
+it what it cannot have itself:
+
+* **State at first use.** A share partition is created when a ShareFetch or
+  ShareAcknowledge first names it: its state is read from the share
+  coordinator (ReadShareGroupState, in-process). A start offset of -1 (the
+  group coordinator initialized it and nobody consumed yet) is resolved by
+  the group's share.auto.offset.reset -- latest = high watermark, earliest =
+  log start, by_duration = the time index -- and that resolved offset is
+  written back at once, so a crash cannot re-resolve "latest" past records
+  that were already handed out.
+* **Log reads.** A fetch reads the log from the core's next fetch offset and
+  passes the batch headers (not the records) to ``acquire``; the response
+  carries the raw batches, trimmed to those that hold acquired offsets.
+  Reading and acquiring happen in one synchronous step, which is the "one
+  fetch at a time per share partition" lock for free. How much to read: the
+  handler gives each partition its share of MaxBytes (Kafka's "uniform"
+  strategy); within it, a read is sized from what MaxRecords can still use
+  at the bytes per record last seen on this partition (at least
+  ``READ_MIN``; ``READ_CHUNK`` before anything was seen), and the partition
+  is read on -- from the next fetch offset, as a new fetch would -- while a
+  read was used up and MaxRecords, the byte share and the in-flight limit
+  leave room. So a consumer asking for 500 records with MaxBytes 50 MiB
+  (librdkafka) costs one read of ~500 records, not 50 MiB of batch headers;
+  one asking for 20,000 gets 20,000; and 32 members asking for 5 each do
+  not each parse 1 MiB of headers (that alone held such a group at half
+  its rate). In record_limit mode a large batch of which few records were
+  acquired is sent cut down to them (``_slice``).
+* **Durability.** Every change except acquisition and RENEW is written with
+  WriteShareGroupState before anyone is answered. The core requires the
+  writes of one share partition to be sent and committed in the order its
+  Changes were made, so each share partition has one write queue drained by
+  one task; what queued up while a write was in flight goes in the next one
+  write (ranges overlaid in order, the furthest start), so members acking
+  one partition share a write and its sync instead of waiting in line. A
+  failed acknowledgement write undoes the in-memory change
+  (``Change.undo``) and the member gets the error; lock expiries and
+  releases are kept even when their write fails (as Kafka does), and the
+  next write carries the state again.
+* **Lock timers.** One timer task per share partition, at the core's
+  earliest lock deadline; expiry writes the releases and wakes waiting
+  fetches.
+* **Wake-ups.** Fetches that found nothing wait in the fetch purgatory under
+  the partition's key; produce already completes that key, and releases,
+  expiries and acknowledgements do too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shoal.broker.handlers.fetch import fetch_key
+from shoal.broker.share.dead_letter import Archived, Reason, dead_letter_batch
+from shoal.broker.share.share_partition import SharePartition
+from shoal.broker.share.share_session import ShareSessionCache
+from shoal.broker.share.state import merge_batches
+from shoal.broker.timing.wheel import TimerTask
+from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.record_slice import RecordIndex
+from shoal.protocol.records import iter_batches
+
+log = logging.getLogger("shoal.share.partitions")
+
+LEADER_EPOCH = 0  # Shoal's constant leader epoch (single node)
+READ_CHUNK = 1 << 20  # the first log read of a share partition (its bytes per record unknown)
+READ_MIN = 16 << 10  # smallest later read: what MaxRecords can use, never less than this
+WRITE_COALESCE_BATCHES = 1000  # queued changes share one write while their ranges stay under this
+START_RETRY_S = 1.0  # a failed write of a moved start offset is tried again this much later
+# record_limit: a batch this large (bytes, or records the client would decode) of which a fetch
+# acquired under half the records is sent as a batch of just those records
+# (shoal/protocol/record_slice.py); its record index is kept for the next fetch.
+SLICE_MIN_BYTES = 64 << 10
+SLICE_MIN_RECORDS = 128
+SLICE_CACHE = 4  # record indexes kept per share partition
+DEAD_LETTER_READ = 16 << 20  # log bytes read back to copy archived records
+ARCHIVED_STATE = 4
+PartitionKey = tuple[str, uuid.UUID, int]
+
+
+@dataclass(slots=True)
+class Entry:
+    key: PartitionKey
+    topic: Any
+    partition: Any
+    sp: SharePartition | None = None
+    loading: asyncio.Future | None = None
+    timer: TimerTask | None = None
+    writes: deque = field(default_factory=deque)  # (change, future | None, undo on failure)
+    writer: asyncio.Task | None = None
+    persisted_start: int = -1  # the start offset the share coordinator holds
+    bytes_per_record: float = 0.0  # log bytes per offset in the last read (0 = not read yet)
+    slices: dict = field(default_factory=dict)  # base offset -> RecordIndex of large batches (record_limit)
+
+
+@dataclass(slots=True)
+class Acquired:
+    records: Any  # bytes / memoryview of log batches (whole, or sliced to the acquired records)
+    ranges: list  # [(first, last, delivery count)]
+
+
+class SharePartitionManager:
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.entries: dict[PartitionKey, Entry] = {}
+        self.sessions = ShareSessionCache(broker.config.get("group.share.max.share.sessions"))
+
+    def now(self) -> int:
+        return self.broker.clock.monotonic_ms()
+
+    def setting(self, gid: str, name: str) -> Any:
+        store = self.broker.group_configs
+        if store is not None:
+            return store.get(gid, name)
+        return self.broker.config.group_defaults()[name]
+
+    # -- loading -------------------------------------------------------------------
+    def _locate(self, topic_id: uuid.UUID, index: int) -> tuple[Any, Any]:
+        topic = self.broker.topics.by_id(topic_id)
+        if topic is None:
+            raise KafkaErrorResponse(ErrorCode.UNKNOWN_TOPIC_ID, "Unknown topic id.")
+        if not 0 <= index < len(topic.partitions):
+            raise KafkaErrorResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this partition.")
+        return topic, topic.partitions[index]
+
+    async def get(self, gid: str, topic_id: uuid.UUID, index: int) -> Entry:
+        """The loaded share partition, reading its state on first use (KafkaErrorResponse on failure)."""
+        topic, partition = self._locate(topic_id, index)
+        key = (gid, topic_id, index)
+        entry = self.entries.get(key)
+        if entry is not None and entry.partition is not partition:
+            self._drop(entry)  # the topic was re-created (or partitions re-opened)
+            entry = None
+        if entry is not None:
+            if entry.sp is not None:
+                return entry
+            assert entry.loading is not None
+            await asyncio.shield(entry.loading)
+            if entry.sp is None:
+                raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "Share partition failed to load.")
+            return entry
+        entry = self.entries[key] = Entry(key, topic, partition)
+        entry.loading = asyncio.get_running_loop().create_future()
+        try:
+            entry.sp = await self._load(gid, topic_id, index, partition)
+            entry.persisted_start = entry.sp.start_offset
+        except BaseException:
+            self.entries.pop(key, None)
+            raise
+        finally:
+            if not entry.loading.done():
+                entry.loading.set_result(None)
+        return entry
+
+    async def _load(self, gid: str, topic_id: uuid.UUID, index: int, partition: Any) -> SharePartition:
+        sc = self.broker.share_coordinator
+        if sc is None:
+            raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
+        result = await sc.read(gid, topic_id, index, LEADER_EPOCH)
+        if result.error:
+            raise KafkaErrorResponse(result.error, f"Reading the share state failed: {ErrorCode(result.error).name}")
+        start = result.start_offset
+        resolved = start < 0
+        if resolved:
+            start = self._reset_offset(gid, partition)
+        sp = SharePartition(
+            gid,
+            topic_id,
+            index,
+            max_in_flight_records=self.setting(gid, "share.partition.max.record.locks"),
+            delivery_count_limit=self.setting(gid, "share.delivery.count.limit"),
+            lock_duration_ms=self.setting(gid, "share.record.lock.duration.ms"),
+        )
+        sp.initialize(
+            result.state_epoch,
+            start,
+            list(result.batches),
+            log_start_offset=partition.log_start_offset,
+            high_watermark=partition.high_watermark,
+        )
+        if resolved:
+            error = await sc.write(gid, topic_id, index, result.state_epoch, LEADER_EPOCH, sp.start_offset, [])
+            if error:
+                raise KafkaErrorResponse(error, "Writing the resolved start offset failed.")
+        log.info(
+            "share partition %s %s-%d loaded at start offset %d", gid, partition.topic.name, index, sp.start_offset
+        )
+        return sp
+
+    def _reset_offset(self, gid: str, partition: Any) -> int:
+        store = self.broker.group_configs
+        reset = store.auto_offset_reset(gid) if store is not None else None
+        if reset is None or reset.strategy == "latest":
+            return partition.high_watermark
+        if reset.strategy == "earliest":
+            return partition.log_start_offset
+        since = self.broker.clock.now_ms() - int(reset.duration.total_seconds() * 1000)
+        found = partition.offset_for_timestamp(since)
+        return partition.high_watermark if found is None else found[0]
+
+    def _drop(self, entry: Entry) -> None:
+        if self.entries.get(entry.key) is entry:
+            del self.entries[entry.key]
+        if entry.timer is not None:
+            entry.timer.cancel()
+            entry.timer = None
+
+    # -- fetch ---------------------------------------------------------------------
+    def acquirable(self, entry: Entry) -> bool:
+        return entry.sp is not None and entry.sp.acquirable(entry.partition.high_watermark)
+
+    def acquire(
+        self,
+        entry: Entry,
+        member_id: str,
+        max_records: int,
+        max_bytes: int,
+        *,
+        batch_optimized: bool,
+        batch_size: int | None = None,
+    ) -> Acquired | None:
+        """Read from the next fetch offset and acquire up to `max_records`, reading at most
+        `max_bytes` of log (at least one batch); None when nothing could be acquired."""
+        sp, partition = entry.sp, entry.partition
+        assert sp is not None
+        if max_records <= 0 or not sp.acquirable(partition.high_watermark):
+            return None
+        committed = self.setting(entry.key[0], "share.isolation.level") == "read_committed"
+        pieces: list[Any] = []
+        ranges: list[Any] = []
+        taken = read_bytes = 0
+        while True:
+            offset = sp.next_fetch_offset()
+            if offset < partition.log_start_offset:
+                sp.on_log_start_advanced(partition.log_start_offset)
+                offset = sp.next_fetch_offset()
+            # Read about what MaxRecords can still use: parsing 50 MiB of batch headers to hand
+            # out 500 records dominated the fetch path (librdkafka asks for MaxBytes = 50 MiB).
+            size = READ_CHUNK
+            if entry.bytes_per_record:
+                size = max(READ_MIN, int((max_records - taken) * entry.bytes_per_record * 1.1))
+            size = min(size, max_bytes - read_bytes)
+            try:
+                read = partition.read(offset, size, read_committed=committed, min_one=not read_bytes)
+            except KafkaErrorResponse:
+                break
+            data = read.records
+            if not data:
+                break
+            batches = iter_batches(data, allow_partial=True)
+            headers = [h for h, _ in batches]
+            if not headers:
+                break
+            last = headers[-1].last_offset
+            read_bytes += batches.position
+            entry.bytes_per_record = batches.position / (last - headers[0].base_offset + 1)
+            got = sp.acquire(
+                member_id,
+                headers,
+                max_records - taken,
+                batch_optimized=batch_optimized,
+                now_ms=self.now(),
+                aborted=read.aborted,
+                fetch_offset=offset,
+                batch_size=batch_size,
+            )
+            if got:
+                pieces.append(self._slice(entry, headers, got) if not batch_optimized else _trim(data, headers, got))
+                ranges += got
+                taken += sum(r.last_offset - r.first_offset + 1 for r in got)
+            # Read on only if this read was used up (nothing in it is still acquirable: the
+            # records were taken, or are held by others) and there is room for more.
+            if taken >= max_records or read_bytes >= max_bytes or not sp.acquirable(partition.high_watermark):
+                break
+            if sp.next_fetch_offset() <= last:
+                break
+        self._persist_start(entry)
+        if not ranges:
+            return None
+        self._arm(entry)
+        records = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return Acquired(records, [(r.first_offset, r.last_offset, r.delivery_count) for r in ranges])
+
+    def _slice(self, entry: Entry, headers: list, ranges: list) -> Any:
+        """record_limit's answer: the batches holding acquired offsets, each large batch of which
+        under half was acquired cut down to the acquired records' span (Kafka sends the whole
+        batch: a 1 MiB batch for five records set the rate of a whole group)."""
+        first = min(r.first_offset for r in ranges)
+        last = max(r.last_offset for r in ranges)
+        out: list[Any] = []
+        for h in headers:
+            if h.last_offset < first or h.base_offset > last:
+                continue
+            lo, hi = max(first, h.base_offset), min(last, h.last_offset)
+            large = h.size >= SLICE_MIN_BYTES or h.records_count >= SLICE_MIN_RECORDS
+            if not large or 2 * (hi - lo + 1) >= h.records_count or not RecordIndex.sliceable(h):
+                out.append(h.data)
+                continue
+            index = entry.slices.get(h.base_offset)
+            if index is None or not index.matches(h):
+                try:
+                    index = RecordIndex(h)
+                except (ProtocolError, ValueError):
+                    out.append(h.data)  # not ours to judge here: the client gets the batch whole
+                    continue
+                while len(entry.slices) >= SLICE_CACHE:
+                    del entry.slices[next(iter(entry.slices))]
+                entry.slices[h.base_offset] = index
+            out.append(index.slice(lo, hi))
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    # -- acknowledge ---------------------------------------------------------------
+    async def acknowledge(self, entry: Entry, member_id: str, batches: Sequence[tuple]) -> tuple[int, str | None]:
+        """Apply one partition's acknowledgement batches; (error code, message) once durable."""
+        sp = entry.sp
+        assert sp is not None
+        errors, change = sp.acknowledge(member_id, batches, self.now())
+        bad = next((e for e in errors if e), 0)
+        if bad:
+            return int(bad), None
+        if change.needs_write:
+            future = asyncio.get_running_loop().create_future()
+            self._enqueue(entry, change, future, undo=True)
+            error = await future
+            if error:
+                return error, f"Persisting the acknowledgement failed: {ErrorCode(error).name}"
+        else:
+            self._wake(entry)
+        return 0, None
+
+    # -- the write queue -------------------------------------------------------------
+    def _enqueue(self, entry: Entry, change: Any, future: asyncio.Future | None, *, undo: bool) -> None:
+        """Queue a change's write (in creation order); one task per share partition drains it."""
+        entry.writes.append((change, future, undo))
+        if entry.writer is None:
+            entry.writer = asyncio.get_running_loop().create_task(self._drain(entry))
+
+    def _submit(self, entry: Entry, change: Any) -> None:
+        """A change nobody waits for (lock expiry, member release): written in the background."""
+        if change.needs_write:
+            self._enqueue(entry, change, None, undo=False)
+        else:
+            self._wake(entry)
+
+    async def _drain(self, entry: Entry) -> None:
+        sp = entry.sp
+        assert sp is not None
+        retry = False
+        try:
+            while True:
+                while entry.writes:
+                    # Everything queued goes in one write: each member's acknowledgement would
+                    # otherwise wait for the writes (and syncs) of all those queued before it.
+                    group = [entry.writes.popleft()]
+                    batches = list(group[0][0].batches)
+                    while entry.writes and len(batches) < WRITE_COALESCE_BATCHES:
+                        group.append(entry.writes.popleft())
+                        batches = merge_batches(batches, group[-1][0].batches, -1)
+                    start = max(change.start_offset for change, _, _ in group)
+                    error = int(ErrorCode.UNKNOWN_SERVER_ERROR)  # what waiters hear if this raises
+                    try:
+                        error = await self._write(entry, start, batches, group[-1][0].delivery_complete_count)
+                        # Commits in the order the changes were made; a failed write is taken
+                        # back newest first (each undo restores what its change found).
+                        for change, _, undo in reversed(group) if error else group:
+                            if error and undo:
+                                change.undo()
+                            else:
+                                change.commit()
+                        if not error:
+                            self._dead_letter(entry, batches)
+                    finally:
+                        # Every request waiting on these changes is answered, whatever happened.
+                        for _, future, _ in group:
+                            if future is not None and not future.done():
+                                future.set_result(error)
+                    self._wake(entry)
+                # Changes made while an earlier one was pending report "start unchanged"; once
+                # they are all committed the start may have moved further than any write said.
+                if sp.start_offset <= entry.persisted_start:
+                    break
+                if await self._write(entry, sp.start_offset, [], sp.delivery_complete_count()):
+                    retry = not entry.writes  # queued changes carry on at once; else try again later
+                    if retry:
+                        break
+        finally:
+            entry.writer = None
+        if retry and self.entries.get(entry.key) is entry:
+            # The durable start must still reach the in-memory one (everything up to the high
+            # watermark acknowledged, with only this write missing, showed lag 0 at a stale start).
+            asyncio.get_running_loop().call_later(START_RETRY_S, self._persist_start, entry)
+
+    def _persist_start(self, entry: Entry) -> None:
+        """Write the start offset if memory moved it past the durable one with no Change to carry it
+        (records skipped while reading, a log start that moved, a follow-up write that failed)."""
+        sp = entry.sp
+        if (
+            sp is not None
+            and entry.writer is None
+            and self.entries.get(entry.key) is entry
+            and sp.start_offset > entry.persisted_start
+        ):
+            entry.writer = asyncio.get_running_loop().create_task(self._drain(entry))
+
+    async def _write(self, entry: Entry, start: int, batches: list, complete: int) -> int:
+        """One WriteShareGroupState for this share partition; the error code (0 on success)."""
+        sc = self.broker.share_coordinator
+        sp = entry.sp
+        assert sp is not None
+        gid, tid, index = entry.key
+        error: int = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        try:
+            if sc is not None:
+                error = await sc.write(gid, tid, index, sp.state_epoch, LEADER_EPOCH, start, batches, complete)
+        except Exception as e:  # noqa: BLE001 - a write that raised failed
+            log.error("share partition %s: write raised %r", entry.key, e)
+        if error:
+            log.warning("share partition %s: state write failed: %s", entry.key, ErrorCode(error).name)
+        elif start >= 0:
+            entry.persisted_start = max(entry.persisted_start, start)
+        return int(error)
+
+    def _dead_letter(self, entry: Entry, batches: list) -> None:
+        """Copy newly archived records to the group's dead-letter topic, if it has one (KIP-1191)."""
+        gid = entry.key[0]
+        name = self.setting(gid, "errors.deadletterqueue.topic.name")
+        if not name:
+            return
+        sp = entry.sp
+        assert sp is not None
+        limit = sp.delivery_count_limit
+        archived = [
+            Archived(first, last, count, Reason.DELIVERY_LIMIT if count >= limit else Reason.REJECTED)
+            for first, last, state, count in batches
+            if state == ARCHIVED_STATE
+        ]
+        if not archived:
+            return
+        target = self.broker.topics.get(name)
+        if target is None:
+            log.warning(
+                "share group %s: dead-letter topic %s does not exist; %d ranges not copied", gid, name, len(archived)
+            )
+            return
+        source = entry.partition
+        first = max(min(a.first_offset for a in archived), source.log_start_offset)
+        try:
+            read = source.read(first, DEAD_LETTER_READ, read_committed=False, min_one=True)
+        except KafkaErrorResponse:
+            return
+        batch = dead_letter_batch(
+            gid,
+            source.topic.name,
+            source.index,
+            read.records,
+            archived,
+            copy_record=self.setting(gid, "errors.deadletterqueue.copy.record.enable"),
+            now_ms=self.broker.clock.now_ms(),
+        )
+        if batch is None:
+            return
+        dest = target.partitions[source.index % len(target.partitions)]
+        try:
+            dest.append(batch, self.broker.clock.now_ms())
+        except KafkaErrorResponse as e:
+            log.warning("share group %s: dead-letter append to %s failed: %s", gid, name, e)
+            return
+        self.broker.on_append(dest)
+
+    def _wake(self, entry: Entry) -> None:
+        """Re-arm the lock timer and wake fetches waiting on this partition."""
+        self._arm(entry)
+        self.broker.fetch_purgatory.check_and_complete(fetch_key(entry.partition.topic.name, entry.partition.index))
+
+    # -- members and sessions ------------------------------------------------------
+    def release(self, gid: str, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]] | None = None) -> None:
+        """The member left, was fenced, or closed its session: its acquired records go back at once."""
+        for key, entry in list(self.entries.items()):
+            if key[0] != gid or entry.sp is None:
+                continue
+            if partitions is not None and (key[1], key[2]) not in partitions:
+                continue
+            self._submit(entry, entry.sp.release_member(member_id))
+
+    def member_removed(self, gid: str, member_id: str) -> None:
+        """The group coordinator removed the member (left, fenced, session timeout)."""
+        self.sessions.remove_member(gid, member_id)
+        self.release(gid, member_id)
+
+    def connection_closed(self, conn: Any) -> None:
+        for removed in self.sessions.connection_closed(conn):
+            self.release(removed.key.group_id, removed.key.member_id, set(removed.partitions))
+
+    # -- lock timers ---------------------------------------------------------------
+    def _arm(self, entry: Entry) -> None:
+        sp = entry.sp
+        if sp is None:
+            return
+        deadline = sp.next_lock_deadline()
+        timer = entry.timer
+        if timer is not None and not timer.cancelled and timer.pending:
+            if deadline is not None and timer.deadline_ms <= deadline:
+                return
+            timer.cancel()
+        entry.timer = None
+        if deadline is None:
+            return
+        task = TimerTask(deadline, lambda: self._locks_expired(entry))
+        entry.timer = task
+        self.broker.timer.add(task)
+
+    def _locks_expired(self, entry: Entry) -> None:
+        entry.timer = None
+        if entry.sp is None or self.entries.get(entry.key) is not entry:
+            return
+        self._submit(entry, entry.sp.expire_locks(self.now()))
+
+    def on_topic_deleted(self, topic_id: uuid.UUID) -> None:
+        for entry in [e for k, e in self.entries.items() if k[1] == topic_id]:
+            self._drop(entry)
+
+    def forget(self, gid: str, topic_id: uuid.UUID | None = None, partitions: Iterable[int] | None = None) -> None:
+        """The share coordinator's state of these share partitions was replaced or deleted by an admin
+        (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups of an empty group): drop what is
+        cached, so the next fetch reads the new state instead of handing out records from the old one."""
+        wanted = None if partitions is None else set(partitions)
+        for (g, tid, index), entry in list(self.entries.items()):
+            if g == gid and (topic_id is None or tid == topic_id) and (wanted is None or index in wanted):
+                self._drop(entry)
+
+    def close(self) -> None:
+        for entry in list(self.entries.values()):
+            self._drop(entry)
+            if entry.writer is not None:
+                entry.writer.cancel()
+
+
+def _trim(data: Any, headers: list, ranges: list) -> Any:
+    """The whole batches of `data` that hold an acquired offset (a contiguous slice, no copy)."""
+    first = min(r.first_offset for r in ranges)
+    last = max(r.last_offset for r in ranges)
+    view = memoryview(data)
+    pos = start = end = 0
+    for h in headers:
+        size = h.size
+        if h.last_offset < first:
+            start = pos + size
+        if h.base_offset <= last:
+            end = pos + size
+        pos += size
+    return view[start:end]

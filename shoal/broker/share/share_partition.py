@@ -1,0 +1,838 @@
+"""The share-partition core (KIP-932): which records of one partition a share
+group has delivered, to whom, how often, and which are done. Sans-IO.
+
+One :class:`SharePartition` exists per (group, topic id, partition) on the
+partition leader. It never reads the log, calls the share coordinator or
+runs timers: the asyncio shell does that and drives it with plain calls and
+an explicit ``now_ms``. Every state change worth persisting comes back as a
+:class:`Change` the shell writes with WriteShareGroupState.
+
+State. ``start_offset`` is the first offset not yet done; ``end_offset`` the
+last offset the partition has tracked (``start - 1`` when nothing is in
+flight). In between, an ordered map (first offset -> :class:`InFlightBatch`)
+holds the in-flight ranges: AVAILABLE, ACQUIRED (by a member, with a lock
+deadline), ACKNOWLEDGED or ARCHIVED, plus a delivery count. A range is kept
+per acquired batch, not per record, because consumers acquire and
+acknowledge whole batches; it splits into compact per-offset arrays only when
+acknowledged unevenly (see :mod:`broker.share.in_flight`); tiny adjacent
+acquisitions (one record per fetch) are stitched into one such range. Offsets in
+``[start, end]`` that no range covers are *holes*: offsets known to hold no
+deliverable record (compacted away, control batches, aborted transactional
+data), which count as done -- except inside the gap window below.
+
+Gap window. The coordinator only stores ranges whose state changed (released,
+acknowledged, archived). After a restore, offsets between the start offset and
+the last persisted range that no persisted range covers were either never
+delivered or delivered without a persisted outcome, so nothing is known about
+them. As in Kafka they form a gap window: holes at or after ``gap_start``
+(and up to the restored end offset) are acquirable as new records (delivery
+count 1), the next fetch offset points at the first of them, the start offset
+stops at them, and ``gap_start`` moves past whatever a fetch has covered. The
+window closes once it is covered or new records beyond it are acquired.
+
+Pending changes and undo. Acknowledgements, lock expiry and member release
+change memory at once (the member sees the outcome) but the touched offsets
+are marked *pending* with their Change until the shell calls
+:meth:`Change.commit` (the write succeeded) or :meth:`Change.undo` (it failed:
+the offsets get back exactly the state, member and lock deadline they had).
+A pending offset cannot be acquired or acknowledged and the start offset does
+not pass it, so writes may be outstanding concurrently and each undoes
+independently -- Kafka's "ongoing state transition". The start offset moves
+(and fully done ranges below it are dropped) on commit; the Change already
+carries the start offset the write establishes: the start as it will be once
+this change commits, or -1 ("unchanged", which the share coordinator
+accepts) when it would not move the persisted start. Reported start offsets
+only grow in creation order, so the shell must send the writes of one share
+partition in the order the Changes were made (one ordered queue), committing
+in that order; undo may come in any order. A Change that is neither committed
+nor undone keeps its records pending for good.
+
+Decisions where Kafka (4.2) is a judgement call or where we differ:
+
+* An acknowledgement request is all or nothing per partition, as in Kafka
+  (one failing batch rolls back the others). Every batch gets an error code;
+  on rejection, batches that were valid on their own carry the error of the
+  first failing one. Offsets below the start offset are ignored (Kafka).
+* Control batches, aborted transactional batches (read_committed) and
+  offsets with no batch at all are never delivered: they are left as holes
+  (or archived when already tracked), without a write. Kafka delivers control
+  batches and lets clients acknowledge them as GAP; both are valid for
+  clients, which skip offsets missing from the acquired ranges.
+* The in-flight cap limits only records beyond the end offset; re-acquiring
+  released records never grows the in-flight count, so it is bounded by
+  ``max_records`` alone. Batch-optimized mode rounds new records up to the end
+  of the log batch, so the cap can be crossed by less than one log batch.
+* Member release decreases delivery counts (Kafka: records of a closed share
+  session were acquired but maybe never seen); ``decrease_delivery_count=False``
+  makes it behave like a lock expiry. Records already at the delivery limit
+  when fetched again (e.g. a lowered limit) are archived rather than sent.
+* Lock expiry: Kafka keeps the transition even when the write fails, so the
+  shell may commit an expiry Change at once and write in the background.
+* Undo does not revert RENEW acknowledgements in the same request (a renewed
+  lock is harmless; Kafka does not roll them back either).
+* Not implemented: Kafka's delivery throttling of records near the delivery
+  limit (isolating suspected poison records in smaller responses).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sortedcontainers import SortedDict
+
+from shoal.broker.share.in_flight import (
+    ACKNOWLEDGED,
+    ACQUIRED,
+    ARCHIVED,
+    AVAILABLE,
+    NO_DEADLINE,
+    InFlightBatch,
+)
+from shoal.protocol.errors import ErrorCode
+
+__all__ = [
+    "ACCEPT",
+    "ACKNOWLEDGED",
+    "ACQUIRED",
+    "ARCHIVED",
+    "AVAILABLE",
+    "GAP",
+    "REJECT",
+    "RELEASE",
+    "RENEW",
+    "AcquiredRange",
+    "Change",
+    "SharePartition",
+]
+
+# Acknowledge types (ShareFetch / ShareAcknowledge AcknowledgeTypes).
+GAP = 0
+ACCEPT = 1
+RELEASE = 2
+REJECT = 3
+RENEW = 4
+_ACK_STATE = {GAP: ARCHIVED, ACCEPT: ACKNOWLEDGED, RELEASE: AVAILABLE, REJECT: ARCHIVED}
+
+# (first_offset, last_offset, delivery_state, delivery_count), as the share coordinator stores it.
+Batch = tuple[int, int, int, int]
+
+_PENDING, _COMMITTED, _UNDONE = 0, 1, 2
+
+# New records adjacent to a range this small join it (per offset) instead of making their own.
+_STITCH_MAX = 16
+
+# (state, delivery count, member, lock deadline) of a range before a transition
+_Old = tuple[int, int, "str | None", int]
+
+
+@dataclass(frozen=True, slots=True)
+class AcquiredRange:
+    """Offsets handed to one member by a fetch (ShareFetch AcquiredRecords)."""
+
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+    lock_deadline_ms: int
+
+
+@dataclass(slots=True, eq=False)
+class Change:
+    """What one state change needs persisted, and how to take it back.
+
+    ``batches`` are the changed ranges as (first, last, state, count), states
+    AVAILABLE / ACKNOWLEDGED / ARCHIVED; ``start_offset`` is -1 when the
+    persisted start need not move. ``needs_write`` is False when there is
+    nothing to persist (a RENEW, a rejected request): such a Change is
+    already committed. Otherwise it stays pending until :meth:`commit` or
+    :meth:`undo`.
+    """
+
+    start_offset: int = -1
+    batches: list[Batch] = field(default_factory=list)
+    delivery_complete_count: int = -1
+    _owner: SharePartition | None = field(default=None, repr=False)
+    _status: int = field(default=_COMMITTED, repr=False)
+    # (batch, first, last, old state, old count, old member, old deadline)
+    _undo: list[tuple[InFlightBatch, int, int, int, int, str | None, int]] = field(default_factory=list, repr=False)
+    _marked: list[tuple[InFlightBatch, int, int]] = field(default_factory=list, repr=False)
+
+    @property
+    def needs_write(self) -> bool:
+        return bool(self.batches) or self.start_offset != -1
+
+    @property
+    def pending(self) -> bool:
+        return self._status == _PENDING
+
+    def commit(self) -> None:
+        """The write succeeded: the new states become final (idempotent)."""
+        if self._status == _UNDONE:
+            raise RuntimeError("change was undone")
+        if self._status == _PENDING and self._owner is not None:
+            self._owner._commit(self)
+        self._status = _COMMITTED
+
+    def undo(self) -> None:
+        """The write failed: restore what the touched offsets were before (idempotent)."""
+        if self._status == _COMMITTED and self.needs_write:
+            raise RuntimeError("change was committed")
+        if self._status == _PENDING and self._owner is not None:
+            self._owner._undo_change(self)
+        self._status = _UNDONE
+
+
+@dataclass(slots=True)
+class _Acquisition:
+    """Bookkeeping of one acquire() call."""
+
+    member: str
+    deadline: int
+    max_records: int
+    room: int  # records that may still be added beyond the end offset
+    batch_optimized: bool
+    batch_size: int | None
+    taken: int = 0
+    stop: bool = False
+    out: list[list[int]] = field(default_factory=list)
+    touched: dict[int, InFlightBatch] = field(default_factory=dict)
+    fresh: InFlightBatch | None = None
+
+    def add(self, unit: InFlightBatch, first: int, last: int, count: int) -> None:
+        self.taken += last - first + 1
+        self.touched[id(unit)] = unit
+        if self.out and self.out[-1][1] == first - 1 and self.out[-1][2] == count:
+            self.out[-1][1] = last
+        else:
+            self.out.append([first, last, count])
+
+
+def _ack_fields(raw: Any) -> tuple[int, int, list[int]]:
+    if isinstance(raw, tuple | list):
+        first, last, types = raw
+    else:
+        first, last, types = raw.first_offset, raw.last_offset, raw.acknowledge_types
+    return int(first), int(last), [int(t) for t in types]
+
+
+def _type_runs(first: int, types: Sequence[int], a: int, b: int) -> Iterator[tuple[int, int, int]]:
+    """Maximal runs of equal acknowledge type within [a, b] of a batch starting at `first`."""
+    if len(types) == 1:
+        yield a, b, types[0]
+        return
+    run_start, t = a, types[a - first]
+    for o in range(a + 1, b + 1):
+        if types[o - first] != t:
+            yield run_start, o - 1, t
+            run_start, t = o, types[o - first]
+    yield run_start, b, t
+
+
+def _segments(fetched: Sequence[Any], aborted: Iterable[Sequence[int]], cursor: int) -> list[tuple[int, int, bool]]:
+    """Cover [cursor, last fetched offset] with (first, last, has_data) segments, one per
+    log batch plus fillers for offsets no batch holds. Control batches and batches of
+    aborted transactions (producer id, first offset[, last offset]) have no data: a
+    transaction is aborted from its first offset until its producer's next control batch
+    (the abort marker) or its last offset, as Kafka's read_committed filter decides."""
+    txns = sorted((int(t[1]), int(t[0]), int(t[2]) if len(t) > 2 else None) for t in aborted)
+    active: dict[int, int | None] = {}
+    i = 0
+    out: list[tuple[int, int, bool]] = []
+    for batch in fetched:
+        base, last = batch.base_offset, batch.last_offset
+        if last < cursor:
+            continue
+        if base > cursor:
+            out.append((cursor, base - 1, False))
+        while i < len(txns) and txns[i][0] <= last:
+            _first, pid, end = txns[i]
+            i += 1
+            if end is None or end >= base:
+                active[pid] = end
+        pid = getattr(batch, "producer_id", -1)
+        if batch.is_control:
+            data = False
+            active.pop(pid, None)
+        elif pid in active and getattr(batch, "is_transactional", True):
+            end = active[pid]
+            data = end is not None and base > end
+        else:
+            data = True
+        out.append((max(base, cursor), last, data))
+        cursor = last + 1
+    return out
+
+
+def _coalesce(batches: list[Batch]) -> list[Batch]:
+    out: list[Batch] = []
+    for b in sorted(batches):
+        if out and out[-1][1] + 1 == b[0] and out[-1][2:] == b[2:]:
+            out[-1] = (out[-1][0], b[1], b[2], b[3])
+        else:
+            out.append(b)
+    return out
+
+
+class SharePartition:
+    """In-flight state of one share-partition; see the module docstring."""
+
+    def __init__(
+        self,
+        group_id: str,
+        topic_id: Any,
+        partition: int,
+        *,
+        max_in_flight_records: int = 2000,
+        delivery_count_limit: int = 5,
+        lock_duration_ms: int = 30000,
+    ) -> None:
+        if max_in_flight_records <= 0 or delivery_count_limit <= 0 or lock_duration_ms <= 0:
+            raise ValueError("limits must be positive")
+        self.group_id = group_id
+        self.topic_id = topic_id
+        self.partition = partition
+        self.max_in_flight_records = max_in_flight_records
+        self.delivery_count_limit = delivery_count_limit
+        self.lock_duration_ms = lock_duration_ms
+        self.state_epoch = 0
+        self._initialized = False
+        self._reset(0)
+
+    def _reset(self, start: int) -> None:
+        self._batches: SortedDict = SortedDict()  # first offset -> InFlightBatch
+        self._start = start
+        self._end = start - 1
+        self._gap_start: int | None = None
+        self._gap_end = -1
+        self._locks: list[tuple[int, InFlightBatch]] = []  # (deadline, batch) heap, lazily pruned
+        self._rescan = False  # something may have become AVAILABLE since the last scan
+        for change in getattr(self, "_outstanding", {}):
+            change._owner = None
+        self._outstanding: dict[Change, int] = {}  # pending change -> start offset it reports
+        self._committed_floor = -1  # highest start offset a committed change (or the restore) established
+
+    # -- initialization ----------------------------------------------------------
+    def initialize(
+        self,
+        state_epoch: int,
+        start_offset: int,
+        batches: Iterable[Any],
+        *,
+        log_start_offset: int,
+        high_watermark: int,
+    ) -> None:
+        """Load persisted state (ReadShareGroupState). `start_offset` must already be
+        resolved (share.auto.offset.reset) by the caller. `high_watermark` is not used to
+        trim anything: a new leader's high watermark may lag the old one's."""
+        del high_watermark
+        if start_offset < 0:
+            raise ValueError("start offset must be resolved before initializing")
+        self._reset(start_offset)
+        self.state_epoch = state_epoch
+        prev_last = start_offset - 1
+        gap_start: int | None = None
+        rows = sorted(
+            (b if isinstance(b, tuple) else (b.first_offset, b.last_offset, b.delivery_state, b.delivery_count))
+            for b in batches
+        )
+        for first, last, state, count in rows:
+            if state not in (AVAILABLE, ACKNOWLEDGED, ARCHIVED) or first > last:
+                raise ValueError(f"invalid persisted batch {(first, last, state, count)}")
+            if last < start_offset:
+                continue
+            first = max(first, start_offset)
+            if first <= prev_last:
+                raise ValueError("overlapping persisted batches")
+            if first > prev_last + 1 and gap_start is None:
+                gap_start = prev_last + 1
+            self._batches[first] = InFlightBatch(first, last, state, count)
+            prev_last = last
+        self._end = prev_last
+        if gap_start is not None:
+            self._gap_start, self._gap_end = gap_start, prev_last
+        self._committed_floor = start_offset
+        self._rescan = True
+        self._initialized = True
+        if log_start_offset > self._start:
+            self._start = log_start_offset
+        self._settle()
+
+    def _check_ready(self) -> None:
+        if not self._initialized:
+            raise RuntimeError("share partition not initialized")
+
+    # -- lookups -------------------------------------------------------------------
+    def _unit_at(self, offset: int) -> InFlightBatch | None:
+        d = self._batches
+        i = d.bisect_right(offset) - 1
+        if i >= 0:
+            u = d.peekitem(i)[1]
+            if u.last >= offset:
+                return u
+        return None
+
+    def _next_key(self, offset: int) -> int | None:
+        """First offset of the first range starting after `offset`."""
+        i = self._batches.bisect_right(offset)
+        return self._batches.peekitem(i)[0] if i < len(self._batches) else None
+
+    def _units_from(self, offset: int) -> Iterator[InFlightBatch]:
+        """Ranges ending at or after `offset`, in order (do not mutate the map meanwhile)."""
+        u = self._unit_at(offset)
+        d = self._batches
+        for k in d.irange(minimum=offset if u is None else u.first):
+            yield d[k]
+
+    def _gap_active(self) -> bool:
+        return self._gap_start is not None and self._end == self._gap_end
+
+    def _first_gap_hole(self) -> int | None:
+        """The first acquirable offset of the gap window, if it is open."""
+        if not self._gap_active():
+            return None
+        cur = max(self._gap_start or 0, self._start)
+        for u in self._units_from(cur):
+            if u.first > cur:
+                return cur
+            cur = u.last + 1
+        return cur if cur <= self._end else None
+
+    # -- introspection -------------------------------------------------------------
+    @property
+    def start_offset(self) -> int:
+        return self._start
+
+    @property
+    def end_offset(self) -> int:
+        return self._end
+
+    @property
+    def in_flight_count(self) -> int:
+        return max(0, self._end - self._start + 1)
+
+    @property
+    def pending_changes(self) -> int:
+        return len(self._outstanding)
+
+    def state_of(self, offset: int) -> tuple[int, int, str | None] | None:
+        """(state, delivery count, holding member) of a tracked offset; None for offsets
+        below the start that were forgotten, holes, and offsets beyond the end."""
+        u = self._unit_at(offset)
+        if u is None:
+            return None
+        state, count, member, _deadline, _pending = u.at(offset)
+        return state, count, member
+
+    def ranges(self) -> Iterator[tuple[int, int, int, int, str | None]]:
+        """Every tracked range as (first, last, state, delivery count, member)."""
+        for u in list(self._batches.values()):
+            for a, b, state, count, member, _d, _p in u.runs(u.first, u.last):
+                yield a, b, state, count, member
+
+    def delivery_complete_count(self, from_offset: int | None = None) -> int:
+        """Terminal (ACKNOWLEDGED / ARCHIVED) records from the start offset to the end (lag)."""
+        lo = self._start if from_offset is None else from_offset
+        return sum(u.terminal_count(lo, self._end) for u in self._units_from(lo))
+
+    # -- fetch ---------------------------------------------------------------------
+    def next_fetch_offset(self) -> int:
+        """Where the next log read should start: the first acquirable offset in flight
+        (AVAILABLE, or a hole of the gap window), else the offset after the end."""
+        gap = self._gap_start if self._gap_active() else None
+        if not self._rescan and gap is None:
+            return self._end + 1
+        cur = self._start
+        for u in self._units_from(cur):
+            if u.first > cur:
+                if gap is not None and gap < u.first:
+                    return max(cur, gap)
+                cur = u.first
+            found = u.first_available(cur, u.last)
+            if found is not None:
+                return found
+            cur = u.last + 1
+        if gap is not None and max(cur, gap) <= self._end:
+            return max(cur, gap)
+        self._rescan = False
+        return self._end + 1
+
+    def acquirable(self, high_watermark: int) -> bool:
+        """Whether a fetch could acquire something now (Kafka's canAcquireRecords, plus
+        "new records exist below the high watermark")."""
+        self._check_ready()
+        nfo = self.next_fetch_offset()
+        if nfo <= self._end:
+            return True
+        return nfo < high_watermark and self.in_flight_count < self.max_in_flight_records
+
+    def acquire(
+        self,
+        member_id: str,
+        fetched: Sequence[Any],
+        max_records: int,
+        *,
+        batch_optimized: bool = True,
+        now_ms: int,
+        aborted: Iterable[Sequence[int]] | None = None,
+        fetch_offset: int | None = None,
+        batch_size: int | None = None,
+    ) -> list[AcquiredRange]:
+        """Acquire records of `fetched` (log batch headers with base_offset, last_offset,
+        is_control and, for read_committed, producer_id / is_transactional) for `member_id`.
+        `fetched` was read from `fetch_offset`, by default the next fetch offset as it is
+        now: pass the offset actually read when the state may have changed since.
+
+        AVAILABLE offsets are re-acquired (delivery count + 1); offsets beyond the end
+        (and gap-window holes) become new ranges with count 1. Record-limit mode stops at
+        exactly `max_records`; batch-optimized mode finishes the uniform range or log
+        batch it is in. Offsets from `fetch_offset` on that no fetched batch holds
+        (compaction) are archived if tracked, passed over otherwise. `batch_size` caps how
+        many records one new range may gather across log batches (Kafka's BatchSize)."""
+        self._check_ready()
+        if max_records <= 0 or not fetched:
+            return []
+        first_base = fetched[0].base_offset
+        if fetch_offset is None:
+            fetch_offset = self.next_fetch_offset()
+        lo_read = min(fetch_offset, first_base)
+        lo = max(lo_read, self._start)
+        hi = fetched[-1].last_offset
+        room = self.max_in_flight_records - self.in_flight_count
+        if room <= 0:
+            hi = min(hi, self._end)
+        if lo > hi:
+            return []
+        acq = _Acquisition(member_id, now_ms + self.lock_duration_ms, max_records, room, batch_optimized, batch_size)
+        hole = self._first_gap_hole()
+        gap = self._gap_start if hole is not None else None
+        pos = lo
+        for seg_first, seg_last, has_data in _segments(fetched, aborted or (), lo_read):
+            if seg_last < pos:
+                continue
+            if seg_first > hi or acq.stop:
+                break
+            seg_last = min(seg_last, hi)
+            pos = max(pos, seg_first)
+            while pos <= seg_last and not acq.stop:
+                if acq.taken >= max_records:
+                    acq.stop = True
+                    break
+                u = self._unit_at(pos)
+                if u is not None:
+                    pos = self._acquire_in(acq, u, pos, min(u.last, seg_last), has_data)
+                    continue
+                nxt = self._next_key(pos)
+                b = seg_last if nxt is None else min(seg_last, nxt - 1)
+                if pos > self._end:
+                    pos = self._acquire_hole(acq, pos, b, has_data, beyond_end=True)
+                elif gap is not None and gap <= min(b, self._end):
+                    # holes below `gap` are natural; skip to the window
+                    pos = self._acquire_hole(acq, max(pos, gap), min(b, self._end), has_data, beyond_end=False)
+                else:
+                    pos = min(b, self._end) + 1
+        if hole is not None and lo <= hole and self._gap_start is not None:
+            self._gap_start = max(self._gap_start, pos)
+        for u in acq.touched.values():
+            u.maybe_merge()
+            self._lock(u, acq.deadline)
+        self._settle()
+        return [AcquiredRange(f, last, c, acq.deadline) for f, last, c in acq.out]
+
+    def _acquire_in(self, acq: _Acquisition, u: InFlightBatch, a: int, b: int, has_data: bool) -> int:
+        """Acquire (or archive, without data) the available offsets of [a, b] in range `u`;
+        returns the next offset to look at."""
+        for x, y, state, count, _m, _d, pending in list(u.runs(a, b)):
+            if state != AVAILABLE or pending is not None:
+                continue
+            if not has_data or count >= self.delivery_count_limit:
+                u.set_range(x, y, ARCHIVED, count, None, NO_DEADLINE, None)
+                acq.touched[id(u)] = u
+                continue
+            if acq.taken >= acq.max_records:
+                acq.stop = True
+                return x
+            last = y if acq.batch_optimized else min(y, x + acq.max_records - acq.taken - 1)
+            u.set_range(x, last, ACQUIRED, count + 1, acq.member, acq.deadline, None)
+            acq.add(u, x, last, count + 1)
+            if last < y:
+                acq.stop = True
+                return last + 1
+        return b + 1
+
+    def _acquire_hole(self, acq: _Acquisition, a: int, b: int, has_data: bool, *, beyond_end: bool) -> int:
+        """Offsets [a, b] nobody tracks: new records beyond the end, or gap-window holes."""
+        if beyond_end and acq.room <= 0:
+            acq.stop = True
+            return a
+        if not has_data:
+            if beyond_end:
+                self._end = b
+                acq.room -= b - a + 1
+            return b + 1
+        want = acq.max_records - acq.taken
+        if beyond_end:
+            want = min(want, acq.room)
+        last = b if acq.batch_optimized else min(b, a + want - 1)
+        fresh = acq.fresh
+        if fresh is not None and fresh.last == a - 1 and (acq.batch_size is None or a - fresh.first < acq.batch_size):
+            fresh.append(last - a + 1, ACQUIRED, 1, acq.member, acq.deadline)
+        else:
+            prev = self._unit_at(a - 1)
+            if prev is not None and prev is not fresh and prev.size + last - a + 1 <= _STITCH_MAX:
+                # tiny acquisitions (one record per fetch) share one per-offset range
+                prev.append(last - a + 1, ACQUIRED, 1, acq.member, acq.deadline)
+                fresh = prev
+            else:
+                fresh = InFlightBatch(a, last, ACQUIRED, 1, acq.member, acq.deadline)
+                self._batches[a] = fresh
+            acq.fresh = fresh
+        acq.add(fresh, a, last, 1)
+        if beyond_end:
+            self._end = last
+            acq.room -= last - a + 1
+        if last < b:
+            acq.stop = True
+        return last + 1
+
+    # -- acknowledge ---------------------------------------------------------------
+    def acknowledge(self, member_id: str, batches: Sequence[Any], now_ms: int) -> tuple[list[ErrorCode], Change]:
+        """Apply acknowledgement batches (first, last, types) -- or objects with
+        first_offset / last_offset / acknowledge_types -- from `member_id`, all or nothing.
+        Returns one error code per batch and the Change (empty when rejected)."""
+        self._check_ready()
+        parsed = [_ack_fields(b) for b in batches]
+        errors: list[ErrorCode] = []
+        prev_last: int | None = None
+        for first, last, types in parsed:
+            if (
+                first < 0
+                or last < first
+                or len(types) not in (1, last - first + 1)
+                or any(t not in (GAP, ACCEPT, RELEASE, REJECT, RENEW) for t in types)
+                or (prev_last is not None and first <= prev_last)
+            ):
+                errors.append(ErrorCode.INVALID_REQUEST)
+            else:
+                errors.append(ErrorCode.NONE)
+            prev_last = last if prev_last is None else max(prev_last, last)
+        if not any(errors):
+            errors = [self._check_held(member_id, first, last) for first, last, _t in parsed]
+        if any(errors):
+            first_error = next(e for e in errors if e)
+            return [e or first_error for e in errors], Change()
+        change = Change(_owner=self)
+        deadline = now_ms + self.lock_duration_ms
+        touched: list[InFlightBatch] = []
+        for first, last, types in parsed:
+            a = max(first, self._start)
+            if a > last:
+                continue
+            units = list(itertools.takewhile(lambda u, last=last: u.first <= last, self._units_from(a)))
+            touched += units
+            for u in units:
+                for x, y, state, count, member, dl, _p in list(u.runs(a, last)):
+                    for p, q, t in _type_runs(first, types, x, y):
+                        if t == RENEW:
+                            u.set_range(p, q, ACQUIRED, count, member, deadline, None)
+                            self._lock(u, deadline)
+                            continue
+                        new_state = _ACK_STATE[t]
+                        if new_state == AVAILABLE and count >= self.delivery_count_limit:
+                            new_state = ARCHIVED
+                        self._transition(change, u, p, q, new_state, count, (state, count, member, dl))
+        for u in touched:
+            u.maybe_merge()  # renewed offsets may agree again
+        return [ErrorCode.NONE] * len(parsed), self._finish(change)
+
+    def renew(self, member_id: str, first_offset: int, last_offset: int, now_ms: int) -> ErrorCode:
+        """Restart the locks of [first, last] held by `member_id` (a RENEW acknowledgement)."""
+        errors, _change = self.acknowledge(member_id, [(first_offset, last_offset, [RENEW])], now_ms)
+        return errors[0]
+
+    def _check_held(self, member_id: str, first: int, last: int) -> ErrorCode:
+        """NONE when every offset of [first, last] at or above the start is ACQUIRED by `member_id`.
+
+        A batch wholly below the start offset is INVALID_RECORD_STATE, as in Kafka ("batch
+        record not found"): those records are done, the acknowledgement comes too late (its
+        lock ran out and the records went to another member, say). Only while a range still
+        in flight holds such offsets (records the member acquired before the log start moved
+        past them) is it accepted and skipped, as Kafka skips offsets below the start."""
+        cur = max(first, self._start)
+        if cur > last:
+            u = self._unit_at(first)
+            if u is None:
+                nxt = self._next_key(first)
+                u = self._batches[nxt] if nxt is not None and nxt <= last else None
+            return ErrorCode.NONE if u is not None else ErrorCode.INVALID_RECORD_STATE
+        if last > self._end:
+            return ErrorCode.INVALID_REQUEST
+        for u in self._units_from(cur):
+            if u.first > cur:
+                return ErrorCode.INVALID_RECORD_STATE  # a hole: nothing was acquired there
+            for _a, _b, state, _c, member, _d, _p in u.runs(cur, last):
+                if state != ACQUIRED or member != member_id:
+                    return ErrorCode.INVALID_RECORD_STATE
+            cur = u.last + 1
+            if cur > last:
+                return ErrorCode.NONE
+        return ErrorCode.INVALID_RECORD_STATE
+
+    # -- locks and release -----------------------------------------------------------
+    def _lock(self, u: InFlightBatch, deadline: int) -> None:
+        heapq.heappush(self._locks, (deadline, u))
+
+    def _lock_live(self, deadline: int, u: InFlightBatch) -> bool:
+        return self._batches.get(u.first) is u and u.has_deadline(deadline)
+
+    def next_lock_deadline(self) -> int | None:
+        """The earliest acquisition-lock deadline, or None when nothing is acquired."""
+        locks = self._locks
+        while locks:
+            deadline, u = locks[0]
+            if self._lock_live(deadline, u):
+                return deadline
+            heapq.heappop(locks)
+        return None
+
+    def expire_locks(self, now_ms: int) -> Change:
+        """Locks due at `now_ms`: their records become AVAILABLE, or ARCHIVED at the delivery
+        limit (or below the start offset)."""
+        self._check_ready()
+        due: dict[int, InFlightBatch] = {}
+        locks = self._locks
+        while locks and locks[0][0] <= now_ms:
+            deadline, u = heapq.heappop(locks)
+            if self._lock_live(deadline, u):
+                due[id(u)] = u
+        change = Change(_owner=self)
+        for u in sorted(due.values(), key=lambda u: u.first):
+            for a, b, state, count, member, dl, _p in list(u.runs(u.first, u.last)):
+                if state == ACQUIRED and dl <= now_ms:
+                    self._release(change, u, a, b, (state, count, member, dl), decrease=False)
+        return self._finish(change)
+
+    def release_member(self, member_id: str, *, decrease_delivery_count: bool = True) -> Change:
+        """Give back everything `member_id` holds (it left, was fenced, closed its session)."""
+        self._check_ready()
+        change = Change(_owner=self)
+        for u in list(self._batches.values()):
+            for a, b, state, count, member, dl, _p in list(u.runs(u.first, u.last)):
+                if state == ACQUIRED and member == member_id:
+                    self._release(change, u, a, b, (state, count, member, dl), decrease=decrease_delivery_count)
+        return self._finish(change)
+
+    def _release(self, change: Change, u: InFlightBatch, a: int, b: int, old: _Old, *, decrease: bool) -> None:
+        count = old[1]
+        if a < self._start:  # below the start (the log start moved): never deliverable again
+            y = min(b, self._start - 1)
+            self._transition(change, u, a, y, ARCHIVED, count, old)
+            a = y + 1
+            if a > b:
+                return
+        if decrease:
+            self._transition(change, u, a, b, AVAILABLE, max(count - 1, 0), old)
+        else:
+            state = ARCHIVED if count >= self.delivery_count_limit else AVAILABLE
+            self._transition(change, u, a, b, state, count, old)
+
+    # -- changes -------------------------------------------------------------------
+    def _transition(self, change: Change, u: InFlightBatch, a: int, b: int, state: int, count: int, old: _Old) -> None:
+        change._undo.append((u, a, b, *old))
+        change._marked.append((u, a, b))
+        u.set_range(a, b, state, count, None, NO_DEADLINE, change)
+        change.batches.append((a, b, AVAILABLE if state == ACQUIRED else state, count))
+
+    def _finish(self, change: Change) -> Change:
+        """Decide what `change` must persist and register it as pending if anything."""
+        if not change.batches:  # a moved start alone waits for the next real write (as Kafka)
+            change._status = _COMMITTED
+            change._owner = None
+            return change
+        change.batches = _coalesce(change.batches)
+        projected = self._advance(change)
+        floor = max(self._committed_floor, max(self._outstanding.values(), default=-1))
+        change.start_offset = projected if projected > floor else -1
+        change._status = _PENDING
+        change.delivery_complete_count = self.delivery_complete_count(max(projected, self._start))
+        self._outstanding[change] = change.start_offset
+        return change
+
+    def _commit(self, change: Change) -> None:
+        touched: dict[int, InFlightBatch] = {}
+        for u, a, b in change._marked:
+            u.clear_pending(a, b)
+            touched[id(u)] = u
+        for u in touched.values():
+            u.maybe_merge()
+        self._committed_floor = max(self._committed_floor, change.start_offset)
+        del self._outstanding[change]
+        self._rescan = True
+        self._settle()
+
+    def _undo_change(self, change: Change) -> None:
+        touched: dict[int, InFlightBatch] = {}
+        for u, a, b, state, count, member, deadline in reversed(change._undo):
+            u.set_range(a, b, state, count, member, deadline, None)
+            touched[id(u)] = u
+            if deadline != NO_DEADLINE:
+                self._lock(u, deadline)
+        for u in touched.values():
+            u.maybe_merge()
+        del self._outstanding[change]
+        self._rescan = True
+        self._settle()
+
+    # -- start offset ----------------------------------------------------------------
+    def _advance(self, token: Change | None) -> int:
+        """How far the start offset can move: over terminal offsets that are committed (or
+        belong to `token`) and natural holes; not into the gap window."""
+        cur = self._start
+        gap = self._gap_start if self._gap_active() else None
+        for u in self._units_from(cur):
+            if u.first > cur:
+                if gap is not None and gap < u.first:
+                    return max(cur, gap)
+                cur = u.first
+            cur = u.first_not_done(cur, token)
+            if cur <= u.last:
+                return cur
+        if gap is not None and max(cur, gap) <= self._end:
+            return max(cur, gap)
+        return max(cur, self._end + 1)
+
+    def _settle(self) -> None:
+        """Move the start offset as far as it goes; archive AVAILABLE records left below it
+        (the log start moved); forget ranges below it that are done."""
+        new_start = self._advance(None)
+        if new_start > self._start:
+            self._start = new_start
+        start = self._start
+        d = self._batches
+        for key in list(d.irange(maximum=start - 1)):
+            u = d[key]
+            if u.first_available(u.first, start - 1) is not None:  # the log start moved
+                for a, b, state, count, _m, _d, pending in list(u.runs(u.first, start - 1)):
+                    if state == AVAILABLE and pending is None:
+                        u.set_range(a, b, ARCHIVED, count, None, NO_DEADLINE, None)
+            if u.last < start and u.all_done():
+                del d[key]
+            else:
+                u.maybe_merge()
+        if self._end < start - 1:
+            self._end = start - 1
+        if self._gap_start is not None:
+            self._gap_start = max(self._gap_start, start)
+            if self._gap_start > self._gap_end or self._end != self._gap_end:
+                self._gap_start = None
+
+    def on_log_start_advanced(self, log_start_offset: int) -> None:
+        """The log start moved (retention, DeleteRecords): records below it are gone.
+        AVAILABLE ones are archived at once, acquired ones when their lock ends or they are
+        acknowledged. Nothing is written now; the next Change carries the new start."""
+        self._check_ready()
+        if log_start_offset > self._start:
+            self._start = log_start_offset
+            self._settle()

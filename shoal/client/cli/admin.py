@@ -1,0 +1,438 @@
+"""The admin verbs of ``shoal``: topics, groups and share-groups.
+
+Each verb is ``async def verb(args, settings) -> exit code``: it opens one
+AsyncAdmin with the admin settings, asks, prints data on stdout in the
+layout of Kafka's tools (so habits and scripts carry over), and reports
+per-entity failures as one ``Error: ...`` line each on stderr with exit
+code 1. Errors about the whole call (no broker, a typed broker error for the
+one group asked about) propagate to ``client.cli.main.main``, which prints one
+line and exits 1; usage mistakes raise ``UsageError`` (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from shoal.client.admin.client import AsyncAdmin
+from shoal.client.admin.types import (
+    AlterConfigOp,
+    ConfigResource,
+    ConfigSource,
+    ConsumerGroupDescription,
+    NewTopic,
+    OffsetSpec,
+    ShareGroupDescription,
+    TopicDescription,
+)
+from shoal.client.cli.support import (
+    UsageError,
+    format_table,
+    parse_datetime_ms,
+    parse_key_values,
+    parse_topic_partitions,
+    plan_reset,
+)
+from shoal.client.core.cluster import TopicPartition
+from shoal.client.core.errors import BrokerResponseError
+from shoal.protocol.errors import ErrorCode
+
+__all__ = ["VERBS"]
+
+
+def out(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _report(results: Mapping[Any, Any], ok: str | None, *, ignore: frozenset[str] = frozenset()) -> int:
+    """One line per entity: ``ok.format(key)`` on stdout or ``Error: ...`` on stderr; the exit code."""
+    rc = 0
+    for key, v in results.items():
+        if isinstance(v, BrokerResponseError) and v.name in ignore:
+            continue
+        if isinstance(v, BaseException):
+            err(f"Error: {v}")
+            rc = 1
+        elif ok is not None:
+            out(ok.format(key))
+    return rc
+
+
+# -- topics -------------------------------------------------------------------------------------
+
+
+async def topics_create(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    configs = parse_key_values(args.config or (), "--config")
+    topics = [NewTopic(n, args.partitions, args.replication_factor, configs) for n in args.topics]
+    async with AsyncAdmin(settings) as admin:
+        res = await admin.create_topics(topics, validate_only=args.validate_only)
+    ignore = frozenset({"TOPIC_ALREADY_EXISTS"}) if args.if_not_exists else frozenset()
+    ok = "Topic {} would be created." if args.validate_only else "Created topic {}."
+    return _report(res, ok, ignore=ignore)
+
+
+async def topics_list(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    async with AsyncAdmin(settings) as admin:
+        topics = await admin.list_topics(include_internal=not args.exclude_internal)
+    for name in topics:
+        out(name)
+    return 0
+
+
+async def topics_describe(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    async with AsyncAdmin(settings) as admin:
+        names = args.topics or list(await admin.list_topics(include_internal=not args.exclude_internal))
+        described = await admin.describe_topics(names)
+        found = [n for n, d in described.items() if isinstance(d, TopicDescription)]
+        configs = await admin.describe_configs([ConfigResource.topic(n) for n in found]) if found else {}
+    rc = 0
+    for name, d in described.items():
+        if not isinstance(d, TopicDescription):
+            err(f"Error: {d}")
+            rc = 1
+            continue
+        entries = configs.get(ConfigResource.topic(name))
+        overrides = (
+            ",".join(f"{k}={e.value}" for k, e in entries.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG)
+            if isinstance(entries, dict)
+            else ""
+        )
+        rf = len(d.partitions[0].replicas) if d.partitions else 0
+        out(
+            f"Topic: {name}\tTopicId: {d.topic_id}\tPartitionCount: {len(d.partitions)}\t"
+            f"ReplicationFactor: {rf}\tConfigs: {overrides}"
+        )
+        for p in d.partitions:
+            leader = "none" if p.leader < 0 else p.leader
+            out(
+                f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {leader}\t"
+                f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
+            )
+    return rc
+
+
+async def topics_delete(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    async with AsyncAdmin(settings) as admin:
+        res = await admin.delete_topics(args.topics)
+    ignore = frozenset({"UNKNOWN_TOPIC_OR_PARTITION"}) if args.if_exists else frozenset()
+    return _report(res, "Deleted topic {}.", ignore=ignore)
+
+
+async def topics_alter(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    if args.partitions is None:
+        raise UsageError("topics alter needs --partitions N")
+    async with AsyncAdmin(settings) as admin:
+        res = await admin.create_partitions({t: args.partitions for t in args.topics})
+    return _report(res, "Topic {} now has " + str(args.partitions) + " partitions.")
+
+
+# -- configs ------------------------------------------------------------------------------------
+
+
+def _resource(args: argparse.Namespace) -> ConfigResource:
+    if args.topic is not None:
+        return ConfigResource.topic(args.topic)
+    if args.group is not None:
+        return ConfigResource.group(args.group)
+    return ConfigResource.broker(args.broker)
+
+
+# What "configs describe" shows without --all: values someone set (Shoal's broker settings are static).
+_OVERRIDES = frozenset(
+    {
+        ConfigSource.DYNAMIC_TOPIC_CONFIG,
+        ConfigSource.GROUP_CONFIG,
+        ConfigSource.DYNAMIC_BROKER_CONFIG,
+        ConfigSource.STATIC_BROKER_CONFIG,
+    }
+)
+
+
+async def configs_describe(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    resource = _resource(args)
+    async with AsyncAdmin(settings) as admin:
+        entries = (await admin.describe_configs([resource]))[resource]
+    if isinstance(entries, BaseException):
+        err(f"Error: {entries}")
+        return 1
+    shown = [e for e in entries.values() if args.all or e.source in _OVERRIDES]
+    out(format_table(["NAME", "VALUE", "SOURCE"], ((e.name, e.value, e.source.name) for e in shown)))
+    return 0
+
+
+async def configs_alter(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    ops = [AlterConfigOp.set(k, v) for k, v in parse_key_values(args.set, "--set").items()]
+    ops += [AlterConfigOp.delete(k) for k in args.delete]
+    ops += [AlterConfigOp.append(k, v) for k, v in parse_key_values(args.append, "--append").items()]
+    ops += [AlterConfigOp.subtract(k, v) for k, v in parse_key_values(args.subtract, "--subtract").items()]
+    if not ops:
+        raise UsageError("configs alter needs --set, --delete, --append or --subtract")
+    resource = _resource(args)
+    async with AsyncAdmin(settings) as admin:
+        res = await admin.incremental_alter_configs({resource: ops})
+    kind = resource.type.name.lower()
+    return _report({resource.name: res[resource]}, f"Completed updating config for {kind} {{}}.")
+
+
+# -- consumer groups ----------------------------------------------------------------------------
+
+
+async def groups_list(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    async with AsyncAdmin(settings) as admin:
+        groups = await admin.list_groups(types=args.type or None, states=args.state or None)
+    if args.long:
+        out(
+            format_table(
+                ["GROUP", "TYPE", "PROTOCOL", "STATE"], ((g.group_id, g.type, g.protocol_type, g.state) for g in groups)
+            )
+        )
+    else:
+        for g in groups:
+            out(g.group_id)
+    return 0
+
+
+async def groups_describe(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    rc = 0
+    async with AsyncAdmin(settings) as admin:
+        described = await admin.describe_consumer_groups(args.groups)
+        for gid, d in described.items():
+            if not isinstance(d, ConsumerGroupDescription):
+                err(f"Error: {d}")
+                rc = 1
+                continue
+            if args.state:
+                out(
+                    format_table(
+                        ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+                        [(gid, d.coordinator, d.partition_assignor or None, d.state, len(d.members))],
+                    )
+                )
+            elif args.members:
+                out(_members_table(gid, d.members))
+            else:
+                out(await _group_offsets_table(admin, d))
+            if d.state == "Empty":
+                err(f"Consumer group '{gid}' has no active members.")
+    return rc
+
+
+def _members_table(gid: str, members: Any) -> str:
+    """``--members`` for either group kind: who holds which partitions."""
+    return format_table(
+        ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"],
+        ((gid, m.member_id, m.host, m.client_id, len(m.assignment), _assignment(m.assignment)) for m in members),
+    )
+
+
+def _assignment(tps: tuple[TopicPartition, ...]) -> str:
+    by_topic: dict[str, list[int]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ",".join(f"{t}:{'.'.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items())) or "-"
+
+
+async def _group_offsets_table(admin: AsyncAdmin, d: ConsumerGroupDescription) -> str:
+    committed = await admin.list_consumer_group_offsets(d.group_id)
+    owner = {tp: m for m in d.members for tp in m.assignment}
+    tps = sorted(set(committed) | set(owner))
+    ends = await admin.list_offsets({tp: OffsetSpec.LATEST for tp in tps}) if tps else {}
+    rows = []
+    for tp in tps:
+        c = committed.get(tp)
+        current = c.offset if c is not None and not isinstance(c, BaseException) else None
+        end = ends.get(tp)
+        log_end = None if end is None or isinstance(end, BaseException) else end.offset
+        lag = None if current is None or log_end is None else max(log_end - current, 0)
+        m = owner.get(tp)
+        rows.append(
+            (d.group_id, tp.topic, tp.partition, current, log_end, lag)
+            + ((m.member_id, m.host, m.client_id) if m is not None else (None, None, None))
+        )
+    return format_table(
+        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"],
+        rows,
+    )
+
+
+async def groups_delete(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    async with AsyncAdmin(settings) as admin:
+        res = await admin.delete_consumer_groups(args.groups)
+    return _report(res, "Deleted consumer group '{}'.")
+
+
+# -- share groups -------------------------------------------------------------------------------
+
+
+async def share_groups_list(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    states = [s.strip() for s in (args.state or "").split(",") if s.strip()]
+    async with AsyncAdmin(settings) as admin:
+        groups = await admin.list_share_groups(states=states or None)
+    if args.state is not None:
+        out(format_table(["GROUP", "STATE"], ((g.group_id, g.state) for g in groups)))
+    else:
+        for g in groups:
+            out(g.group_id)
+    return 0
+
+
+async def share_groups_describe(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    rc = 0
+    async with AsyncAdmin(settings) as admin:
+        described = await admin.describe_share_groups(args.groups)
+        for gid, d in described.items():
+            if not isinstance(d, ShareGroupDescription):
+                err(f"Error: {d}")
+                rc = 1
+                continue
+            if args.state:
+                out(
+                    format_table(
+                        ["GROUP", "COORDINATOR (ID)", "STATE", "#MEMBERS"],
+                        [(gid, d.coordinator, d.state, len(d.members))],
+                    )
+                )
+            elif args.members:
+                out(_members_table(gid, d.members))
+            else:
+                offsets = await admin.list_share_group_offsets(gid)
+                if not offsets:
+                    out(f"Share group '{gid}' has no offset information.")
+                else:
+                    headers = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+                    if args.verbose:
+                        headers.insert(3, "LEADER-EPOCH")
+                    rows = []
+                    for tp, info in offsets.items():
+                        if isinstance(info, BaseException):
+                            err(f"Error: {info}")
+                            rc = 1
+                            continue
+                        row: list[object] = [gid, tp.topic, tp.partition, info.start_offset, info.lag]
+                        if args.verbose:
+                            row.insert(3, info.leader_epoch)
+                        rows.append(row)
+                    out(format_table(headers, rows))
+            if d.state == "Empty":
+                err(f"Share group '{gid}' has no active members.")
+    return rc
+
+
+async def share_groups_reset_offsets(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    scenarios = [s for s in ("to_earliest", "to_latest") if getattr(args, s)]
+    if args.to_offset is not None:
+        scenarios.append("to_offset")
+    if args.to_datetime is not None:
+        scenarios.append("to_datetime")
+    if len(scenarios) != 1:
+        raise UsageError("reset-offsets needs exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime")
+    if bool(args.topic) == bool(args.all_topics):
+        raise UsageError("reset-offsets needs --topic (repeatable) or --all-topics")
+    if args.dry_run and args.execute:
+        raise UsageError("--dry-run and --execute exclude each other")
+    scenario = scenarios[0].replace("_", "-")
+    when = parse_datetime_ms(args.to_datetime) if args.to_datetime is not None else None
+    specs = parse_topic_partitions(args.topic or ())
+    group = args.group
+    async with AsyncAdmin(settings) as admin:
+        d = (await admin.describe_share_groups([group]))[group]
+        if isinstance(d, ShareGroupDescription) and d.state not in ("Empty", "Dead"):
+            raise BrokerResponseError(
+                ErrorCode.NON_EMPTY_GROUP,
+                f"share group {group!r}: the group is not empty ({d.state}, {len(d.members)} members)",
+            )
+        if isinstance(d, BrokerResponseError) and d.name != "GROUP_ID_NOT_FOUND":
+            raise d
+        partitions = await _reset_partitions(admin, group, specs)
+        earliest = await _offsets(admin, partitions, OffsetSpec.EARLIEST)
+        latest = await _offsets(admin, partitions, OffsetSpec.LATEST)
+        by_time = await _offsets(admin, partitions, when) if when is not None else None
+        plan = plan_reset(
+            partitions, scenario, earliest=earliest, latest=latest, to_offset=args.to_offset, by_time=by_time
+        )
+        for w in plan.warnings:
+            err(f"WARN: {w}")
+        rc = 0
+        if args.execute:
+            res = await admin.alter_share_group_offsets(group, plan.offsets)
+            rc = _report(res, None)
+        elif not args.dry_run:
+            err("WARN: No action will be performed as the --execute option is missing. Add --dry-run to say so.")
+    out(
+        format_table(
+            ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
+            ((group, tp.topic, tp.partition, o) for tp, o in plan.offsets.items()),
+        )
+    )
+    return rc
+
+
+async def _reset_partitions(
+    admin: AsyncAdmin, group: str, specs: list[tuple[str, list[int] | None]]
+) -> list[TopicPartition]:
+    if not specs:  # --all-topics: what the group has state for
+        return sorted(await admin.list_share_group_offsets(group))
+    described = await admin.describe_topics(sorted({t for t, _ in specs}))
+    chosen: list[TopicPartition] = []
+    for topic, parts in specs:
+        d = described[topic]
+        if not isinstance(d, TopicDescription):
+            raise d
+        have = {p.partition for p in d.partitions}
+        for p in sorted(have) if parts is None else parts:
+            if p not in have:
+                raise BrokerResponseError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {p}")
+            chosen.append(TopicPartition(topic, p))
+    return sorted(set(chosen))
+
+
+async def _offsets(admin: AsyncAdmin, partitions: list[TopicPartition], spec: int) -> dict[TopicPartition, int]:
+    res = await admin.list_offsets({tp: spec for tp in partitions})
+    found: dict[TopicPartition, int] = {}
+    for tp, r in res.items():
+        if isinstance(r, BaseException):
+            raise r
+        found[tp] = r.offset
+    return found
+
+
+async def share_groups_delete_offsets(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    async with AsyncAdmin(settings) as admin:
+        res = await admin.delete_share_group_offsets(args.group, args.topic)
+    out(
+        format_table(
+            ["TOPIC", "STATUS"], ((t, "Successful" if v is None else f"Error: {v}") for t, v in sorted(res.items()))
+        )
+    )
+    return 1 if any(v is not None for v in res.values()) else 0
+
+
+async def share_groups_delete(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    async with AsyncAdmin(settings) as admin:
+        res = await admin.delete_share_groups(args.group)
+    return _report(res, "Deleted share group '{}'.")
+
+
+VERBS = {
+    ("topics", "create"): topics_create,
+    ("topics", "list"): topics_list,
+    ("topics", "describe"): topics_describe,
+    ("topics", "delete"): topics_delete,
+    ("topics", "alter"): topics_alter,
+    ("configs", "describe"): configs_describe,
+    ("configs", "alter"): configs_alter,
+    ("groups", "list"): groups_list,
+    ("groups", "describe"): groups_describe,
+    ("groups", "delete"): groups_delete,
+    ("share-groups", "list"): share_groups_list,
+    ("share-groups", "describe"): share_groups_describe,
+    ("share-groups", "reset-offsets"): share_groups_reset_offsets,
+    ("share-groups", "delete-offsets"): share_groups_delete_offsets,
+    ("share-groups", "delete"): share_groups_delete,
+}

@@ -1,0 +1,866 @@
+"""Kafka record batches (magic 2) and legacy message sets (magic 0/1).
+
+Why it is shaped this way:
+
+* The broker's hot path never needs records, only batch headers: it checks
+  the CRC, reads producer id/epoch/sequence and offsets, rewrites the base
+  offset / leader epoch / LogAppendTime in place, and stores the bytes as
+  they came.  So ``BatchHeader.read`` and ``iter_batches`` look at the fixed
+  61-byte header only and hand out zero-copy ``memoryview`` slices; records
+  are decoded (and decompressed) only when a consumer or a test asks for them.
+* Every header field lives at a fixed position, so the in-place helpers are a
+  single ``struct.pack_into`` each (plus one CRC-32C when the covered part
+  changes).  The base offset and leader epoch sit *before* the CRC'd range on
+  purpose, so assigning offsets is O(1).
+* Building is one pass over the records into one ``bytearray`` with
+  precompiled structs and a table of small zig-zag varints; the producer and
+  the broker (control markers) both use it.
+* Decoders treat input as hostile: every length is checked against the bytes
+  that remain before anything is sliced or allocated, the record count is
+  bounded by the payload size, decompression is capped
+  (``protocol.compression``), and any failure surfaces as ``ProtocolError``
+  and nothing else.
+* Legacy magic 0/1 message sets are decode-only: old clients may still be in
+  the wild behind fetches of converted data, but the broker never writes them.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import crc32c as _crc32c_module
+
+from shoal.protocol.compression import (
+    DEFAULT_MAX_DECOMPRESSED_SIZE,
+    Compression,
+    compress,
+    decompress,
+)
+from shoal.protocol.exceptions import ProtocolError
+
+__all__ = [
+    "BATCH_HEADER_SIZE",
+    "DEFAULT_MAX_DECOMPRESSED_SIZE",
+    "BatchHeader",
+    "BatchIterator",
+    "Compression",
+    "ControlRecord",
+    "ControlType",
+    "Record",
+    "TimestampType",
+    "build_batch",
+    "build_control_batch",
+    "decode_batch",
+    "decode_message_set",
+    "decode_record_set",
+    "encode_varint",
+    "iter_batches",
+    "set_base_offset",
+    "set_log_append_time",
+    "set_partition_leader_epoch",
+    "update_crc",
+]
+
+Buffer = bytes | bytearray | memoryview
+HeaderValue = bytes | bytearray | memoryview | None
+
+_crc32c = _crc32c_module.crc32c
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
+# lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
+# baseSequence, recordsCount
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+BATCH_HEADER_SIZE = _HEADER.size  # 61
+_LOG_OVERHEAD = 12  # baseOffset + batchLength precede what batchLength counts
+_MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - _LOG_OVERHEAD
+_PLE_POS = 12
+_MAGIC_POS = 16
+_CRC_POS = 17
+_ATTR_POS = 21  # the CRC covers everything from here to the end
+_MAX_TS_POS = 35
+_MIN_RECORD_SIZE = 7  # length, attrs, ts delta, offset delta, key, value, headers
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_INT64 = struct.Struct(">q")
+_OFFSET_SIZE = struct.Struct(">qi")
+_CTRL_KEY = struct.Struct(">hh")
+_CTRL_VALUE = struct.Struct(">hi")
+_LEGACY_HEAD = struct.Struct(">Ibb")  # crc, magic, attributes
+
+_COMPRESSION_MASK = 0x07
+_TIMESTAMP_TYPE_BIT = 0x08
+_TRANSACTIONAL_BIT = 0x10
+_CONTROL_BIT = 0x20
+_DELETE_HORIZON_BIT = 0x40
+
+
+class TimestampType(IntEnum):
+    NO_TIMESTAMP = -1  # magic 0
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class ControlType(IntEnum):
+    """Control record types (key of a control record).  0/1 are KIP-98 markers."""
+
+    ABORT = 0
+    COMMIT = 1
+
+
+@dataclass(slots=True)
+class ControlRecord:
+    """A decoded control record key, plus the end-transaction marker value."""
+
+    version: int
+    type: int
+    coordinator_epoch: int | None = None  # set for ABORT/COMMIT markers
+
+    @property
+    def is_commit(self) -> bool:
+        return self.type == ControlType.COMMIT
+
+    @property
+    def is_abort(self) -> bool:
+        return self.type == ControlType.ABORT
+
+
+@dataclass(slots=True)
+class Record:
+    """One decoded record.  ``timestamp`` is absolute (ms), ``offset`` absolute."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    attributes: int = 0
+    timestamp_type: int = TimestampType.CREATE_TIME
+    control: ControlRecord | None = None
+
+
+def _view(buf: Buffer) -> memoryview:
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+# --------------------------------------------------------------------------
+# batch header
+
+
+@dataclass(slots=True)
+class BatchHeader:
+    """The fixed 61-byte header of a magic 2 batch.
+
+    ``data`` is a zero-copy view of the whole batch (header included).  Note
+    that a live view pins a ``bytearray``'s size: drop headers (or call
+    ``data.release()``) before resizing the buffer they came from.
+    """
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+    data: memoryview = field(repr=False, compare=False, default=memoryview(b""))
+
+    @classmethod
+    def read(cls, buf: Buffer, offset: int = 0) -> BatchHeader:
+        """Parse the header of the complete batch at ``offset`` of ``buf``."""
+        view = _view(buf)
+        end = len(view)
+        left = end - offset
+        if offset < 0 or left < BATCH_HEADER_SIZE:
+            raise ProtocolError(f"truncated batch header ({left} bytes)", path="batch", offset=offset)
+        fields = _HEADER.unpack_from(view, offset)
+        length = fields[1]
+        if fields[3] != 2:
+            raise ProtocolError(f"unsupported magic {fields[3]}", path="batch.magic", offset=offset)
+        if not _MIN_BATCH_LENGTH <= length <= left - _LOG_OVERHEAD:
+            bound = "is below minimum" if length < _MIN_BATCH_LENGTH else "exceeds the bytes left"
+            raise ProtocolError(f"batch length {length} {bound}", path="batch.batchLength", offset=offset)
+        if fields[12] < 0:
+            raise ProtocolError(f"negative count {fields[12]}", path="batch.recordsCount", offset=offset)
+        return cls(*fields, view[offset : offset + _LOG_OVERHEAD + length])
+
+    @property
+    def size(self) -> int:
+        """Bytes the batch occupies in a log or fetch response."""
+        return self.batch_length + _LOG_OVERHEAD
+
+    @property
+    def compression(self) -> Compression:
+        codec = self.attributes & _COMPRESSION_MASK
+        try:
+            return Compression(codec)
+        except ValueError:
+            raise ProtocolError(f"unknown compression codec {codec}", path="batch.attributes") from None
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        if self.attributes & _TIMESTAMP_TYPE_BIT:
+            return TimestampType.LOG_APPEND_TIME
+        return TimestampType.CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL_BIT)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & _DELETE_HORIZON_BIT)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last record (int32 wrap-around, -1 if none)."""
+        if self.base_sequence < 0:
+            return -1
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+    def computed_crc(self) -> int:
+        return _crc32c(self.data[_ATTR_POS:])
+
+    def verify_crc(self) -> bool:
+        """True when the stored CRC-32C matches attributes..end of the batch."""
+        return _crc32c(self.data[_ATTR_POS:]) == self.crc
+
+    def records(
+        self,
+        *,
+        verify_crc: bool = True,
+        max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+        make: Callable[[int, int, bytes | None, bytes | None, list, int, int], Any] | None = None,
+    ) -> list[Any]:
+        """Decompress (if needed) and decode this batch's records.
+
+        ``make(offset, timestamp, key, value, headers, attributes, timestamp_type)``
+        builds each record instead of ``Record`` (a client builds its own record
+        type in one step); control batches always decode to ``Record``.
+        """
+        if verify_crc and not self.verify_crc():
+            raise ProtocolError(f"CRC mismatch: {self.crc:#x} != {self.computed_crc():#x}", path="batch.crc")
+        payload = self.data[BATCH_HEADER_SIZE:]
+        codec = self.compression
+        if codec != Compression.NONE:
+            payload = decompress(codec, payload, max_size=max_decompressed_size)
+        return _parse_records(payload, self, None if self.is_control else make)
+
+
+class BatchIterator:
+    """Iterates ``(header, view_of_whole_batch)`` over consecutive batches.
+
+    A fetch response may end in a partial batch (the broker cuts at
+    max_bytes).  With ``allow_partial`` the iterator stops there and sets
+    ``truncated``; otherwise it raises ProtocolError.  ``position`` is the
+    offset just after the last whole batch returned.
+    """
+
+    __slots__ = ("_end", "_view", "allow_partial", "position", "truncated")
+
+    def __init__(self, buf: Buffer, offset: int = 0, *, allow_partial: bool = False) -> None:
+        self._view = _view(buf)
+        self._end = len(self._view)
+        self.position = offset
+        self.allow_partial = allow_partial
+        self.truncated = False
+
+    def __iter__(self) -> BatchIterator:
+        return self
+
+    def __next__(self) -> tuple[BatchHeader, memoryview]:
+        pos = self.position
+        left = self._end - pos
+        if left <= 0:
+            raise StopIteration
+        if left >= _LOG_OVERHEAD:
+            (length,) = _INT32.unpack_from(self._view, pos + 8)
+            if length < _MIN_BATCH_LENGTH:
+                raise ProtocolError(f"batch length {length} too small", path="batch.batchLength", offset=pos)
+            if length <= left - _LOG_OVERHEAD:
+                header = BatchHeader.read(self._view, pos)
+                self.position = pos + _LOG_OVERHEAD + length
+                return header, header.data
+        if self.allow_partial:
+            self.truncated = True
+            raise StopIteration
+        raise ProtocolError(f"partial batch: {left} trailing bytes", path="batch", offset=pos)
+
+
+def iter_batches(buf: Buffer, offset: int = 0, *, allow_partial: bool = False) -> BatchIterator:
+    """Iterate the magic 2 batches of ``buf`` without decoding records."""
+    return BatchIterator(buf, offset, allow_partial=allow_partial)
+
+
+def decode_batch(
+    buf: Buffer,
+    offset: int = 0,
+    *,
+    verify_crc: bool = True,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+) -> tuple[BatchHeader, list[Record]]:
+    """Read the batch at ``offset`` and decode its records."""
+    header = BatchHeader.read(buf, offset)
+    return header, header.records(verify_crc=verify_crc, max_decompressed_size=max_decompressed_size)
+
+
+# --------------------------------------------------------------------------
+# varints
+
+
+def _read_varint(buf: bytes | memoryview, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
+    """Zig-zag varint at ``pos`` (< ``end``); returns (value, new position)."""
+    if pos >= end:
+        raise ProtocolError("truncated varint", offset=pos)
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    result = b & 0x7F
+    shift = 7
+    limit = pos + max_bytes
+    pos += 1
+    while True:
+        if pos >= end:
+            raise ProtocolError("truncated varint", offset=pos)
+        if pos >= limit:
+            raise ProtocolError(f"varint longer than {max_bytes} bytes", offset=pos)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def _encode_varint_slow(value: int) -> bytes:
+    z = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_VARINT_MIN = -1
+_VARINT_TABLE = tuple(_encode_varint_slow(v) for v in range(_VARINT_MIN, 1 << 14))
+_VARINT_TABLE_LEN = len(_VARINT_TABLE)
+_ZIGZAG_1 = tuple((b >> 1) ^ -(b & 1) for b in range(128))  # one-byte varints, decoded
+_ZIGZAG_2 = tuple((z >> 1) ^ -(z & 1) for z in range(1 << 14))  # two-byte varints by their 14 payload bits
+
+
+def encode_varint(value: int) -> bytes:
+    """Zig-zag varint/varlong encoding of a signed 64-bit value."""
+    idx = value - _VARINT_MIN
+    if 0 <= idx < _VARINT_TABLE_LEN:
+        return _VARINT_TABLE[idx]
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ProtocolError(f"value {value} does not fit a varlong")
+    return _encode_varint_slow(value)
+
+
+# --------------------------------------------------------------------------
+# record decoding
+
+
+def _parse_records(payload: memoryview, header: BatchHeader, make: Callable[..., Any] | None = None) -> list[Any]:
+    end = len(payload)
+    count = header.records_count
+    if count * _MIN_RECORD_SIZE > end:
+        raise ProtocolError(f"{count} records cannot fit in {end} bytes", path="batch.recordsCount")
+    # One copy to bytes: indexing and slicing bytes is much faster than a view.
+    buf = payload.tobytes()
+    base_offset = header.base_offset
+    base_ts = header.base_timestamp
+    ts_type = header.timestamp_type
+    log_append = ts_type == TimestampType.LOG_APPEND_TIME
+    max_ts = header.max_timestamp
+    control = header.is_control
+    read = _read_varint
+    zz = _ZIGZAG_1
+    zz2 = _ZIGZAG_2
+    out: list[Record] = []
+    append = out.append
+    pos = 0
+    for index in range(count):
+        # One- and two-byte varints are decoded inline (the common cases; a
+        # 1 KiB value's length takes two).  A read past the record is caught
+        # by the length checks or the final ``pos != rec_end`` check; past the
+        # buffer by IndexError.
+        try:
+            b = buf[pos]
+            if b < 128:
+                length = zz[b]
+                pos += 1
+            elif (c := buf[pos + 1]) < 128:
+                length = zz2[(b & 127) | (c << 7)]
+                pos += 2
+            else:
+                length, pos = read(buf, pos, end)
+            rec_end = pos + length
+            if length < 6 or rec_end > end:
+                raise ProtocolError(f"record length {length} does not fit", offset=pos)
+            attrs = buf[pos]
+            b = buf[pos + 1]
+            if b < 128:
+                ts_delta = zz[b]
+                pos += 2
+            elif (c := buf[pos + 2]) < 128:
+                ts_delta = zz2[(b & 127) | (c << 7)]
+                pos += 3
+            else:
+                ts_delta, pos = read(buf, pos + 1, rec_end, 10)
+            b = buf[pos]
+            if b < 128:
+                off_delta = zz[b]
+                pos += 1
+            elif (c := buf[pos + 1]) < 128:
+                off_delta = zz2[(b & 127) | (c << 7)]
+                pos += 2
+            else:
+                off_delta, pos = read(buf, pos, rec_end)
+            b = buf[pos]
+            if b < 128:
+                size = zz[b]
+                pos += 1
+            else:
+                size, pos = read(buf, pos, rec_end)
+            if size < 0:
+                key = None
+            elif pos + size > rec_end:
+                raise ProtocolError(f"key length {size} does not fit", offset=pos)
+            else:
+                key = buf[pos : pos + size]
+                pos += size
+            b = buf[pos]
+            if b < 128:
+                size = zz[b]
+                pos += 1
+            elif (c := buf[pos + 1]) < 128:
+                size = zz2[(b & 127) | (c << 7)]
+                pos += 2
+            else:
+                size, pos = read(buf, pos, rec_end)
+            if size < 0:
+                value = None
+            elif pos + size > rec_end:
+                raise ProtocolError(f"value length {size} does not fit", offset=pos)
+            else:
+                value = buf[pos : pos + size]
+                pos += size
+            b = buf[pos]
+            if b < 128:
+                n_headers = zz[b]
+                pos += 1
+            else:
+                n_headers, pos = read(buf, pos, rec_end)
+            headers: list[tuple[str, bytes | None]] = []
+            if n_headers:
+                if n_headers < 0 or 2 * n_headers > rec_end - pos:
+                    raise ProtocolError(f"header count {n_headers} does not fit", offset=pos)
+                pos = _parse_headers(buf, pos, rec_end, n_headers, headers)
+            if pos != rec_end:
+                raise ProtocolError(f"record declares {length} bytes, parsed {pos - rec_end + length}")
+        except IndexError:
+            raise ProtocolError("record runs past the batch", path=f"records[{index}]") from None
+        except ProtocolError as exc:
+            raise exc.with_context(path=f"records[{index}]") from None
+        ts = max_ts if log_append else base_ts + ts_delta
+        if make is not None:
+            append(make(base_offset + off_delta, ts, key, value, headers, attrs, ts_type))
+            continue
+        record = Record(base_offset + off_delta, ts, key, value, headers, attrs, ts_type)
+        if control:
+            record.control = _parse_control(key, value, index)
+        append(record)
+    if pos != end:
+        raise ProtocolError(f"{end - pos} bytes after the last record", path="records", offset=pos)
+    return out
+
+
+def _parse_headers(buf: bytes, pos: int, end: int, count: int, headers: list[tuple[str, bytes | None]]) -> int:
+    read = _read_varint
+    for _ in range(count):
+        size, pos = read(buf, pos, end)
+        if size < 0 or pos + size > end:
+            raise ProtocolError(f"header key length {size} does not fit", offset=pos)
+        try:
+            name = buf[pos : pos + size].decode()
+        except UnicodeDecodeError:
+            raise ProtocolError("header key is not UTF-8", offset=pos) from None
+        pos += size
+        size, pos = read(buf, pos, end)
+        if size < 0:
+            headers.append((name, None))
+        elif pos + size > end:
+            raise ProtocolError(f"header value length {size} does not fit", offset=pos)
+        else:
+            headers.append((name, buf[pos : pos + size]))
+            pos += size
+    return pos
+
+
+def _parse_control(key: bytes | None, value: bytes | None, index: int) -> ControlRecord:
+    path = f"records[{index}].control"
+    if key is None or len(key) < _CTRL_KEY.size:
+        raise ProtocolError("control record key shorter than 4 bytes", path=path)
+    version, ctype = _CTRL_KEY.unpack_from(key)
+    if version < 0:
+        raise ProtocolError(f"negative control record version {version}", path=path)
+    marker = ControlRecord(version, ctype)
+    if ctype in (ControlType.ABORT, ControlType.COMMIT):
+        if value is None or len(value) < _CTRL_VALUE.size:
+            raise ProtocolError("end transaction marker value shorter than 6 bytes", path=path)
+        marker.coordinator_epoch = _CTRL_VALUE.unpack_from(value)[1]
+    return marker
+
+
+# --------------------------------------------------------------------------
+# building
+
+RecordInput = Record | tuple[HeaderValue, HeaderValue, Sequence[tuple[str, HeaderValue]], int | None]
+
+
+def build_batch(
+    records: Iterable[RecordInput],
+    *,
+    base_offset: int = 0,
+    compression: int = Compression.NONE,
+    compression_level: int | None = None,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    timestamp_type: int = TimestampType.CREATE_TIME,
+    log_append_time: int | None = None,
+    partition_leader_epoch: int = -1,
+    offset_deltas: Sequence[int] | None = None,
+) -> bytes:
+    """Build one magic 2 batch.
+
+    ``records`` yields ``(key, value, headers, timestamp)`` tuples (headers a
+    sequence of ``(str, bytes | None)``, timestamp in ms or None for now) or
+    ``Record`` objects.  Offset deltas are 0..n-1 unless ``offset_deltas`` is
+    given (compaction).  With ``timestamp_type=LOG_APPEND_TIME`` the max
+    timestamp is ``log_append_time`` (default: the largest record timestamp).
+    """
+    out = bytearray(BATCH_HEADER_SIZE)
+    body = out if compression == Compression.NONE else bytearray()
+    enc = encode_varint
+    now: int | None = None
+    first_ts = -1
+    max_ts = -1
+    last_delta = -1
+    count = 0
+    for count, rec in enumerate(records, 1):
+        if type(rec) is Record:
+            key, value, headers, ts = rec.key, rec.value, rec.headers, rec.timestamp
+        else:
+            key, value, headers, ts = rec
+        if ts is None:
+            if now is None:
+                now = int(time.time() * 1000)
+            ts = now
+        if count == 1:
+            first_ts = ts
+        if ts > max_ts:
+            max_ts = ts
+        delta = count - 1 if offset_deltas is None else offset_deltas[count - 1]
+        if delta > last_delta:
+            last_delta = delta
+        ts_bytes = enc(ts - first_ts)
+        off_bytes = enc(delta)
+        size = 1 + len(ts_bytes) + len(off_bytes)
+        if key is None:
+            klen = b"\x01"
+            key = b""
+        else:
+            klen = enc(len(key))
+            size += len(key)
+        if value is None:
+            vlen = b"\x01"
+            value = b""
+        else:
+            vlen = enc(len(value))
+            size += len(value)
+        size += len(klen) + len(vlen)
+        if headers:
+            hparts = _encode_headers(headers)
+            size += len(hparts)
+        else:
+            hparts = b"\x00"
+            size += 1
+        body += enc(size)
+        body += b"\x00"
+        body += ts_bytes
+        body += off_bytes
+        body += klen
+        body += key
+        body += vlen
+        body += value
+        body += hparts
+    if compression != Compression.NONE:
+        out += compress(compression, body, compression_level)
+    attrs = compression & _COMPRESSION_MASK
+    if compression != attrs:
+        raise ProtocolError(f"unknown compression codec {compression}")
+    if transactional:
+        attrs |= _TRANSACTIONAL_BIT
+    if control:
+        attrs |= _CONTROL_BIT
+    if timestamp_type == TimestampType.LOG_APPEND_TIME:
+        attrs |= _TIMESTAMP_TYPE_BIT
+        if log_append_time is not None:
+            max_ts = log_append_time
+    try:
+        _HEADER.pack_into(
+            out, 0, base_offset, len(out) - _LOG_OVERHEAD, partition_leader_epoch, 2, 0,
+            attrs, last_delta, first_ts, max_ts, producer_id, producer_epoch,
+            base_sequence, count,
+        )  # fmt: skip
+    except struct.error as exc:
+        raise ProtocolError(f"cannot encode batch header: {exc}", path="batch") from None
+    _UINT32.pack_into(out, _CRC_POS, _crc32c(memoryview(out)[_ATTR_POS:]))
+    return bytes(out)
+
+
+def _encode_headers(headers: Sequence[tuple[str, HeaderValue]]) -> bytes:
+    enc = encode_varint
+    parts = [enc(len(headers))]
+    for name, value in headers:
+        raw = name.encode("utf-8") if isinstance(name, str) else bytes(name)
+        parts.append(enc(len(raw)))
+        parts.append(raw)
+        if value is None:
+            parts.append(b"\x01")
+        else:
+            parts.append(enc(len(value)))
+            parts.append(bytes(value))
+    return b"".join(parts)
+
+
+def build_control_batch(
+    control_type: int,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int = 0,
+    base_offset: int = 0,
+    timestamp: int | None = None,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """Build a transaction marker batch (one COMMIT or ABORT control record)."""
+    record = (_CTRL_KEY.pack(0, control_type), _CTRL_VALUE.pack(0, coordinator_epoch), (), timestamp)
+    return build_batch(
+        [record], base_offset=base_offset, producer_id=producer_id, producer_epoch=producer_epoch,
+        transactional=True, control=True, partition_leader_epoch=partition_leader_epoch,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------
+# in-place rewrites (broker)
+
+
+def _check_room(buf: Buffer, offset: int, need: int) -> None:
+    if offset < 0 or len(buf) - offset < need:
+        raise ProtocolError("buffer too short for a batch header", path="batch", offset=offset)
+
+
+def set_base_offset(buf: bytearray | memoryview, base_offset: int, offset: int = 0) -> None:
+    """Assign the batch's base offset (outside the CRC'd range: no CRC update)."""
+    _check_room(buf, offset, BATCH_HEADER_SIZE)
+    _INT64.pack_into(buf, offset, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, epoch: int, offset: int = 0) -> None:
+    """Stamp the leader epoch (outside the CRC'd range: no CRC update)."""
+    _check_room(buf, offset, BATCH_HEADER_SIZE)
+    _INT32.pack_into(buf, offset + _PLE_POS, epoch)
+
+
+def set_log_append_time(buf: bytearray | memoryview, timestamp: int, offset: int = 0) -> None:
+    """Switch the batch to LogAppendTime at ``timestamp`` and recompute the CRC."""
+    header = BatchHeader.read(buf, offset)
+    header.data.release()
+    _INT16.pack_into(buf, offset + _ATTR_POS, header.attributes | _TIMESTAMP_TYPE_BIT)
+    _INT64.pack_into(buf, offset + _MAX_TS_POS, timestamp)
+    update_crc(buf, offset)
+
+
+def update_crc(buf: bytearray | memoryview, offset: int = 0) -> None:
+    """Recompute the CRC of the batch at ``offset`` after editing it."""
+    header = BatchHeader.read(buf, offset)
+    data = header.data
+    try:
+        _UINT32.pack_into(data, _CRC_POS, _crc32c(data[_ATTR_POS:]))
+    finally:
+        data.release()
+
+
+# --------------------------------------------------------------------------
+# legacy message sets (magic 0 / 1), decode only
+
+
+def decode_record_set(
+    buf: Buffer,
+    *,
+    allow_partial: bool = True,
+    verify_crc: bool = True,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+) -> list[Record]:
+    """Decode every record of a fetched record set, whatever its magic.
+
+    Magic 2 batches and legacy messages may be mixed (a log converted
+    between formats).  A trailing partial entry is skipped when
+    ``allow_partial`` (fetch responses are cut at max_bytes).
+    """
+    return _walk(_view(buf), allow_partial, verify_crc, max_decompressed_size, legacy_only=False)
+
+
+def decode_message_set(
+    buf: Buffer,
+    *,
+    allow_partial: bool = True,
+    verify_crc: bool = True,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+) -> list[Record]:
+    """Decode a legacy (magic 0/1) message set, unwrapping compressed messages."""
+    return _walk(_view(buf), allow_partial, verify_crc, max_decompressed_size, legacy_only=True)
+
+
+def _walk(view: memoryview, allow_partial: bool, verify_crc: bool, max_size: int, legacy_only: bool) -> list[Record]:
+    out: list[Record] = []
+    pos = 0
+    end = len(view)
+    while pos < end:
+        if end - pos < _MAGIC_POS + 1:
+            if allow_partial:
+                break
+            raise ProtocolError(f"partial entry: {end - pos} trailing bytes", offset=pos)
+        base_offset, size = _OFFSET_SIZE.unpack_from(view, pos)
+        if size < _LEGACY_HEAD.size + 8:
+            raise ProtocolError(f"entry size {size} too small", path="size", offset=pos)
+        if size > end - pos - _LOG_OVERHEAD:
+            if allow_partial:
+                break
+            raise ProtocolError(f"partial entry: size {size} exceeds buffer", offset=pos)
+        magic = view[pos + _MAGIC_POS]
+        if magic == 2 and not legacy_only:
+            header = BatchHeader.read(view, pos)
+            out.extend(header.records(verify_crc=verify_crc, max_decompressed_size=max_size))
+        elif magic in (0, 1):
+            message = view[pos + _LOG_OVERHEAD : pos + _LOG_OVERHEAD + size]
+            try:
+                _legacy_message(base_offset, message, out, verify_crc, max_size, None)
+            except ProtocolError as exc:
+                raise exc.with_context(offset=pos) from None
+        else:
+            raise ProtocolError(f"unsupported magic {magic}", path="magic", offset=pos)
+        pos += _LOG_OVERHEAD + size
+    return out
+
+
+def _legacy_bytes(msg: memoryview, pos: int, name: str) -> tuple[memoryview | None, int]:
+    if len(msg) - pos < 4:
+        raise ProtocolError(f"truncated {name} length", path=name, offset=pos)
+    (size,) = _INT32.unpack_from(msg, pos)
+    pos += 4
+    if size < 0:
+        return None, pos
+    if size > len(msg) - pos:
+        raise ProtocolError(f"{name} length {size} exceeds message", path=name, offset=pos)
+    return msg[pos : pos + size], pos + size
+
+
+def _legacy_message(
+    offset: int,
+    msg: memoryview,
+    out: list[Record],
+    verify_crc: bool,
+    max_size: int,
+    wrapper_magic: int | None,
+) -> None:
+    crc, magic, attrs = _LEGACY_HEAD.unpack_from(msg, 0)
+    if wrapper_magic is not None and magic != wrapper_magic:
+        raise ProtocolError(f"inner magic {magic} differs from wrapper magic {wrapper_magic}")
+    if magic not in (0, 1):
+        raise ProtocolError(f"unsupported magic {magic}", path="magic")
+    if verify_crc and zlib.crc32(msg[4:]) != crc:
+        raise ProtocolError("CRC mismatch in legacy message", path="crc")
+    pos = _LEGACY_HEAD.size
+    if magic == 1:
+        if len(msg) < pos + 8:
+            raise ProtocolError("truncated timestamp", path="timestamp")
+        (timestamp,) = _INT64.unpack_from(msg, pos)
+        pos += 8
+        ts_type = TimestampType(1 if attrs & _TIMESTAMP_TYPE_BIT else 0)
+    else:
+        timestamp = -1
+        ts_type = TimestampType.NO_TIMESTAMP
+    key, pos = _legacy_bytes(msg, pos, "key")
+    value, pos = _legacy_bytes(msg, pos, "value")
+    if pos != len(msg):
+        raise ProtocolError(f"{len(msg) - pos} bytes after the message value", offset=pos)
+    codec = attrs & _COMPRESSION_MASK
+    if codec == Compression.NONE:
+        key_bytes = None if key is None else key.tobytes()
+        value_bytes = None if value is None else value.tobytes()
+        out.append(Record(offset, timestamp, key_bytes, value_bytes, [], attrs & 0xFF, ts_type))
+        return
+    if wrapper_magic is not None:
+        raise ProtocolError("nested compressed message")
+    if codec > Compression.LZ4:
+        raise ProtocolError(f"codec {codec} not allowed in magic {magic}", path="attributes")
+    if value is None:
+        raise ProtocolError("compressed wrapper message has a null value", path="value")
+    inner = decompress(codec, value, max_size=max_size, legacy_lz4_checksum=magic == 0)
+    records: list[Record] = []
+    pos, end = 0, len(inner)
+    while pos < end:
+        if end - pos < _LOG_OVERHEAD:
+            raise ProtocolError("truncated inner message", path="value", offset=pos)
+        inner_offset, size = _OFFSET_SIZE.unpack_from(inner, pos)
+        if size < _LEGACY_HEAD.size + 8 or size > end - pos - _LOG_OVERHEAD:
+            raise ProtocolError(f"inner message size {size} invalid", path="value", offset=pos)
+        message = inner[pos + _LOG_OVERHEAD : pos + _LOG_OVERHEAD + size]
+        _legacy_message(inner_offset, message, records, verify_crc, max_size, magic)
+        pos += _LOG_OVERHEAD + size
+    if magic >= 1 and records:
+        # KIP-31: inner offsets are relative; the wrapper holds the last one.
+        shift = offset - records[-1].offset
+        for record in records:
+            record.offset += shift
+    if ts_type == TimestampType.LOG_APPEND_TIME:
+        for record in records:
+            record.timestamp = timestamp
+            record.timestamp_type = ts_type
+    out.extend(records)
