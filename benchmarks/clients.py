@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import consumer as consumer_bench  # noqa: E402
 import share_consumer as share_bench  # noqa: E402
 import uvloop  # noqa: E402
+from producer_perf import ProduceRun, produce_aiokafka, produce_ours  # noqa: E402
 from share_fetch import OVERRIDES, create_topic  # noqa: E402
 from share_fetch import produce as produce_one_partition  # noqa: E402
-from shoal.client.producer_perf import ProduceRun, produce_aiokafka, produce_ours  # noqa: E402
 
 from tests.brokers import BrokerProcess  # noqa: E402
 

@@ -1,11 +1,12 @@
 """Producer throughput, ours next to aiokafka's, on the same broker and settings.
 
-Why it lives in ``client``: the benchmark suite (``benchmarks/``) and quick
-manual checks share one definition of "a producer run" — N records of S bytes
-sent as fast as ``send`` accepts them, then ``flush`` — so figures quoted
-anywhere mean the same thing. aiokafka is imported only when asked for.
+Why a module of its own: ``benchmarks/clients.py`` and quick manual checks share
+one definition of "a producer run" — N records of S bytes sent as fast as ``send``
+accepts them, then ``flush`` — so figures quoted anywhere mean the same thing.
+aiokafka is imported only when asked for. (It lived in the client package until
+the client's layout was cut by role; it is a measurement, not part of the client.)
 
-    python -m client.producer_perf --bootstrap 127.0.0.1:9092 --count 1000000 --size 1024 --acks 1
+    python benchmarks/producer_perf.py --bootstrap 127.0.0.1:9092 --count 1000000 --size 1024 --acks 1
 """
 
 from __future__ import annotations

@@ -12,11 +12,12 @@ import threading
 import time
 
 import pytest
+
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.frames import encode_request
-from shoal.protocol.records import build_batch, decode_record_set, update_crc
-
+from shoal.protocol.record_sets import decode_record_set
+from shoal.protocol.records import build_batch, update_crc
 from tests.brokers import RawClient
 
 P = api_by_name("Produce").request_class()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from shoal.broker.coordinator.runtime import partition_for
+
+from shoal.broker.coordinator.shard import partition_for
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
-
 from tests.brokers import RawClient
 from tests.test_broker_protocol import create
 

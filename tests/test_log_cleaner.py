@@ -19,12 +19,12 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from shoal.broker.log import LogConfig, PartitionLog
-from shoal.broker.log.cleaner import (
+from shoal.broker.log.cleaner import CleaningAborted, LogCleaner
+from shoal.broker.log.cleaner_files import (
     CLEANER_CHECKPOINT_FILE,
     CleanerCheckpoint,
-    CleaningAborted,
-    LogCleaner,
     read_cleaner_checkpoint,
     write_cleaner_checkpoint,
 )

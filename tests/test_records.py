@@ -27,8 +27,10 @@ from kafka.record.default_records import DefaultRecordBatch as KpBatch
 from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyBuilder
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 from kafka.record.memory_records import MemoryRecordsBuilder as KpMemoryRecordsBuilder
+
 from shoal.protocol.compression import Compression, compress, decompress, xxh32_short
 from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.record_sets import decode_message_set, decode_record_set
 from shoal.protocol.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
@@ -38,8 +40,6 @@ from shoal.protocol.records import (
     build_batch,
     build_control_batch,
     decode_batch,
-    decode_message_set,
-    decode_record_set,
     encode_varint,
     iter_batches,
     set_base_offset,

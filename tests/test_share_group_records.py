@@ -12,7 +12,7 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shoal.broker.coordinator.runtime import Record
+from shoal.broker.coordinator.shard import Record
 from shoal.broker.share.group import ShareGroup
 from shoal.broker.share.group_records import ShareGroupReplayer, diff_records, image, tombstones
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shoal.broker.coordinator.runtime import Record
+
+from shoal.broker.coordinator.shard import Record
 from shoal.broker.log import LogConfig, PartitionLog
 from shoal.broker.share.state import (
     ACKNOWLEDGED,

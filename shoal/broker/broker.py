@@ -46,7 +46,6 @@ from shoal.broker.config.group_configs import GroupConfigs
 from shoal.broker.faults import Fault, FaultInjector, InterceptedRequest
 from shoal.broker.handlers import handler_table
 from shoal.broker.handlers.api_versions import body as api_versions_body
-from shoal.broker.handlers.fetch import fetch_key
 from shoal.broker.log import LogError
 from shoal.broker.log.dir_lock import DirLock
 from shoal.broker.log.fileops import FileOps, fsync_dir
@@ -54,7 +53,7 @@ from shoal.broker.log.flusher import Flusher
 from shoal.broker.log.log_dir import LogDir
 from shoal.broker.log.writer import ThreadedWriter
 from shoal.broker.partition.fetch_session import FetchSessionCache
-from shoal.broker.partition.partition import Partition
+from shoal.broker.partition.partition import Partition, fetch_key
 from shoal.broker.partition.producer_ids import ProducerIdManager
 from shoal.broker.partition.topics import Topic, TopicManager
 from shoal.broker.timing.clock import SystemClock

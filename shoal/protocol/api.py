@@ -12,7 +12,6 @@ re-parsing with the construct structure) and the byte offset.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 from shoal.protocol import spec as S
 from shoal.protocol.codegen import compile_message
 from shoal.protocol.exceptions import ProtocolError
-from shoal.protocol.messages import message_class
+from shoal.protocol.messages import MessageClass, message_class
 
 
 class Codec:
@@ -156,10 +155,10 @@ class Api:
     def response_codec(self, version: int) -> Codec:
         return codec(self.response.name, version)
 
-    def request_class(self) -> Callable[..., Any]:
+    def request_class(self) -> MessageClass:
         return message_class(self.request.name)
 
-    def response_class(self) -> Callable[..., Any]:
+    def response_class(self) -> MessageClass:
         return message_class(self.response.name)
 
 

@@ -235,15 +235,15 @@ class Compiler:
             ntag = self._read_uv(src)
             src(f"for _ in range({ntag}):")
             src.ind += 1
-            tag = self._read_uv(src)
-            size = self._read_uv(src)
+            tag_var = self._read_uv(src)
+            size_var = self._read_uv(src)
             tend = src.var("tend")
-            src(f"{tend} = pos + {size}")
+            src(f"{tend} = pos + {size_var}")
             src(f"if {tend} > {end_var}:")
             src(f"    raise _fail('tagged field exceeds buffer', {st.name + '.<tags>'!r}, pos)")
             first = True
             for f in tagged:
-                src(f"{'if' if first else 'elif'} {tag} == {f.tag}:")
+                src(f"{'if' if first else 'elif'} {tag_var} == {f.tag}:")
                 first = False
                 src.ind += 1
                 v = self._emit_read(src, f, version, flexible, st, end_var=tend)

@@ -231,7 +231,9 @@ def _struct(st: S.StructSpec, version: int, flexible: bool) -> C.Construct:
     regular, tagged = st.fields_in(version)
     subcons = [f.attr / _field(f, version, flexible) for f in regular]
     if flexible:
-        tags = [(f.tag, f.attr, _field(f, version, flexible), None) for f in tagged]
+        tags: list[tuple[int, str, C.Construct, Any]] = [
+            (f.tag_id, f.attr, _field(f, version, flexible), None) for f in tagged
+        ]
         subcons.append("_tagged" / KTagged(tags))
     return C.Struct(*subcons)
 

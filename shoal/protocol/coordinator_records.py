@@ -66,6 +66,8 @@ class RecordSerde:
             if (base in SHARE_COORDINATOR_RECORDS) != (coordinator == "share"):
                 continue
             value = specs[base + "Value"]
+            if key.api_key is None:
+                raise ValueError(f"coordinator record {name} has no type id (apiKey)")
             rt = RecordType(key.api_key, base, key, value)
             if rt.type_id in self.types:
                 raise ValueError(f"record type {rt.type_id} defined twice")

@@ -92,10 +92,11 @@ class _Mirror:
                 setattr(out, f.attr, self.array(request, req_spec, f))
             elif f.struct is not None:
                 src = req_fields.get(f.attr)
-                value = getattr(request, f.attr, None) if src is not None and src.struct is not None else None
+                src_struct = src.struct if src is not None else None
+                value = getattr(request, f.attr, None) if src_struct is not None else None
                 if getattr(out, f.attr) is None and value is None:
                     continue  # a nullable struct the request did not carry stays null
-                setattr(out, f.attr, self.struct(value, src.struct if value is not None else None, f.struct))
+                setattr(out, f.attr, self.struct(value, src_struct if value is not None else None, f.struct))
             else:
                 for name in _RENAMES.get(f.attr, (f.attr,)):
                     src = req_fields.get(name)
@@ -105,6 +106,9 @@ class _Mirror:
         return out
 
     def array(self, request: Any, req_spec: S.StructSpec | None, f: S.FieldSpec) -> list:
+        spec = f.struct
+        if spec is None:
+            raise ValueError(f"{f.name} is not an array of structs")
         if request is None or req_spec is None:
             return []
         v = self.version
@@ -113,17 +117,17 @@ class _Mirror:
         structs = [g for g in arrays if g.struct is not None]
         src = same[0] if same else (structs[0] if structs else None)
         if src is not None:
-            return [self.struct(item, src.struct, f.struct) for item in getattr(request, src.attr) or ()]
+            return [self.struct(item, src.struct, spec) for item in getattr(request, src.attr) or ()]
         # identities listed as scalars (DescribeGroups' group ids, DeleteTopics' names, OffsetFetch v1's
         # partition indexes, FindCoordinator v4's keys): one element per identity
         for g in arrays:
             names = _SCALAR_TARGETS.get(g.element_type, ())
-            target = next((h.attr for n in names for h in f.struct.fields if h.attr == n), None)
+            target = next((h.attr for n in names for h in spec.fields if h.attr == n), None)
             if target is None:
                 continue
             out = []
             for value in getattr(request, g.attr) or ():
-                element = self.struct(None, None, f.struct)
+                element = self.struct(None, None, spec)
                 setattr(element, target, value)
                 out.append(element)
             return out

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 __all__ = [
     "ERRORS",
@@ -464,15 +464,26 @@ class _ErrorCodeBase(enum.IntEnum):
         return _BY_CODE[self.value].message
 
 
-ErrorCode = _ErrorCodeBase(
-    "ErrorCode",
-    [(e.name, e.code) for e in ERRORS],
-    module=__name__,
-    qualname="ErrorCode",
-)
-ErrorCode.__doc__ = (
-    "Kafka error codes by name; each member equals its int16 wire value, e.g. ErrorCode.NOT_COORDINATOR == 16."
-)
+if TYPE_CHECKING:
+    # The members exist only at run time (generated from _TABLE); to a type checker
+    # every attribute of the class is a member, so a misspelt name is caught by the
+    # tests, not by the checker.
+    class _ErrorCodeMeta(enum.EnumMeta):
+        def __getattr__(cls, name: str) -> ErrorCode: ...
+
+    class ErrorCode(_ErrorCodeBase, metaclass=_ErrorCodeMeta):
+        pass
+
+else:
+    ErrorCode = _ErrorCodeBase(
+        "ErrorCode",
+        [(e.name, e.code) for e in ERRORS],
+        module=__name__,
+        qualname="ErrorCode",
+    )
+    ErrorCode.__doc__ = (
+        "Kafka error codes by name; each member equals its int16 wire value, e.g. ErrorCode.NOT_COORDINATOR == 16."
+    )
 
 
 def error_for(code: int) -> KafkaError:

@@ -23,6 +23,11 @@ from shoal.protocol import spec as _spec
 
 ZERO_UUID = uuid.UUID(int=0)
 
+# A class generated at run time from a spec. Its fields and nested struct classes
+# (``ProduceRequest.TopicProduceData``) are attributes no checker can see, so to a
+# type checker a message class is Any; the specs are the source of its shape.
+MessageClass = Any
+
 _PY_TYPES: dict[str, Any] = {
     "bool": bool,
     "int8": int,
@@ -39,7 +44,7 @@ _PY_TYPES: dict[str, Any] = {
 }
 
 
-def _default_spec(f: _spec.FieldSpec, classes: dict[str, type]) -> dataclasses.Field:
+def _default_spec(f: _spec.FieldSpec, classes: dict[str, MessageClass]) -> Any:
     if f.is_array:
         if f.default is None:
             return dataclasses.field(default=None)
@@ -52,7 +57,9 @@ def _default_spec(f: _spec.FieldSpec, classes: dict[str, type]) -> dataclasses.F
     return dataclasses.field(default=f.default)
 
 
-def _make_struct(message: _spec.MessageSpec, struct: _spec.StructSpec, classes: dict[str, type]) -> type:
+def _make_struct(
+    message: _spec.MessageSpec, struct: _spec.StructSpec, classes: dict[str, MessageClass]
+) -> MessageClass:
     if struct.name in classes:
         return classes[struct.name]
     for f in struct.fields:
@@ -82,10 +89,10 @@ def _make_struct(message: _spec.MessageSpec, struct: _spec.StructSpec, classes: 
 
 
 @cache
-def classes_for(name: str) -> dict[str, type]:
+def classes_for(name: str) -> dict[str, MessageClass]:
     """All dataclasses of one spec file, keyed by struct name (top level included)."""
     message = _spec.load(name)
-    classes: dict[str, type] = {}
+    classes: dict[str, MessageClass] = {}
     top = _make_struct(message, message.struct, classes)
     for struct_name, cls in classes.items():
         if cls is not top and not hasattr(top, struct_name):
@@ -95,12 +102,12 @@ def classes_for(name: str) -> dict[str, type]:
     return classes
 
 
-def message_class(name: str) -> type:
+def message_class(name: str) -> MessageClass:
     """The top-level dataclass of a spec, e.g. message_class("ProduceRequest")."""
     return classes_for(name)[_spec.load(name).name]
 
 
-def __getattr__(name: str) -> type:
+def __getattr__(name: str) -> MessageClass:
     # protocol.messages.ProduceRequest and friends, built on first use.
     try:
         _spec.load(name)

@@ -97,6 +97,13 @@ class FieldSpec:
     struct: StructSpec | None  # element struct for []Struct or Struct fields
 
     @property
+    def tag_id(self) -> int:
+        """The tag of a tagged field (a field without one raises)."""
+        if self.tag is None:
+            raise ValueError(f"field {self.name} has no tag")
+        return self.tag
+
+    @property
     def is_array(self) -> bool:
         return self.type.startswith("[]")
 
@@ -135,7 +142,7 @@ class StructSpec:
                 tagged.append(f)
             else:
                 regular.append(f)
-        tagged.sort(key=lambda f: f.tag)
+        tagged.sort(key=lambda f: f.tag_id)
         return regular, tagged
 
 
@@ -173,7 +180,7 @@ def _parse_default(raw: object, ftype: str) -> object:
     if ftype in ("int8", "int16", "uint16", "int32", "uint32", "int64"):
         return int(str(raw), 0)
     if ftype == "float64":
-        return float(raw)
+        return float(str(raw))
     if ftype == "bool":
         return str(raw).lower() == "true"
     if ftype == "string":

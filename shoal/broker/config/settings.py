@@ -487,7 +487,12 @@ class BrokerConfig:
 
     def topic_defaults(self) -> dict[str, Any]:
         """Every topic setting as it applies to a topic without overrides."""
-        return {k.name: self.effective(k.synonym) for k in TOPIC_CONFIGS}
+        out: dict[str, Any] = {}
+        for k in TOPIC_CONFIGS:
+            if k.synonym is None:
+                raise ValueError(f"topic config {k.name} names no broker setting to fall back to")
+            out[k.name] = self.effective(k.synonym)
+        return out
 
     def group_defaults(self) -> dict[str, Any]:
         """Every group setting as it applies to a group without overrides."""

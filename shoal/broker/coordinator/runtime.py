@@ -27,8 +27,8 @@ answers for one partition become durable in order. Replay is bounded by live
 state: __consumer_offsets is compacted; __share_group_state (as in Kafka) is
 not, its coordinator prunes the log below the oldest snapshot still needed.
 
-A shard is any object with `replay(record, offset)`; coordinators define
-their shards as sans-IO classes.
+A shard is any object with `replay(record, offset)` (``shard.Shard``);
+coordinators define their shards as sans-IO classes, on ``shard``'s terms.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from shoal.broker.coordinator.shard import Record, Shard, partition_for
 from shoal.broker.coordinator.write_errors import write_failure
 from shoal.protocol.coordinator_records import CoordinatorRecord, RecordSerde
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
@@ -49,35 +49,6 @@ if TYPE_CHECKING:
     from shoal.broker.partition.partition import Partition
 
 log = logging.getLogger("shoal.coordinator")
-
-
-def java_string_hashcode(s: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units), as a signed int32."""
-    data = s.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(key: str, partitions: int) -> int:
-    """Kafka's `Utils.abs(key.hashCode()) % partitions` (abs(MIN_VALUE) is 0)."""
-    h = java_string_hashcode(key)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
-class Shard(Protocol):
-    def replay(self, record: CoordinatorRecord, offset: int) -> None: ...
-
-
-@dataclass(slots=True)
-class Record:
-    """A record an operation wants written: type name, key object, value object or None."""
-
-    name: str
-    key: Any
-    value: Any = None
-    value_version: int | None = None
 
 
 class CoordinatorRuntime:

@@ -1,1 +1,4 @@
-"""Groups: classic consumer groups (and, later, share groups) and committed offsets."""
+"""The group coordinator on ``__consumer_offsets``: classic groups (``classic``, sans-IO),
+committed offsets and the shard that holds them with the share groups (``shard``), and the
+asyncio coordinator that runs requests through the coordinator runtime (``coordinator``).
+"""

@@ -295,7 +295,9 @@ class ClassicGroup:
         member.join_token = token
 
     def _replace_static(self, p: JoinParams, token: Any, now_ms: int) -> None:
-        old_id = self.static_members[p.group_instance_id]
+        instance = p.group_instance_id
+        assert instance is not None  # only a static member is replaced (see join)
+        old_id = self.static_members[instance]
         old = self.members.pop(old_id)
         fenced = ErrorCode.FENCED_INSTANCE_ID
         self._answer_join(old, JoinResult(fenced, member_id=old_id))
@@ -304,7 +306,7 @@ class ClassicGroup:
         new_id = f"{p.client_id}-{uuid.uuid4()}"
         old.member_id = new_id
         self.members[new_id] = old
-        self.static_members[p.group_instance_id] = new_id
+        self.static_members[instance] = new_id
         if self.leader_id == old_id:
             self.leader_id = new_id
         old.heartbeat_deadline_ms = now_ms + p.session_timeout_ms

@@ -23,7 +23,8 @@ import asyncio
 import logging
 from typing import Any
 
-from shoal.broker.coordinator.runtime import CoordinatorRuntime, Record
+from shoal.broker.coordinator.runtime import CoordinatorRuntime
+from shoal.broker.coordinator.shard import Record
 from shoal.broker.coordinator.write_errors import append_error_code, append_error_to_response
 from shoal.broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams
 from shoal.broker.groups.shard import GroupMetadataKey, GroupSettings, GroupShard

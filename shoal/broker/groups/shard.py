@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from shoal.broker.coordinator.runtime import Record
+from shoal.broker.coordinator.shard import Record
 from shoal.broker.groups.classic import ClassicGroup, GroupState, Member
 from shoal.broker.share.group import ShareGroup
 from shoal.broker.share.group_records import Image, ShareGroupReplayer, is_share_record

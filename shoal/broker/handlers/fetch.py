@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal.broker.partition.fetch_session import PartitionRequest, PartitionResult
+from shoal.broker.partition.partition import fetch_key
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
@@ -31,11 +32,6 @@ _F = api_by_name("Fetch")
 ZERO_UUID = uuid.UUID(int=0)
 READ_COMMITTED = 1
 OUR_LEADER_EPOCH = 0
-
-
-def fetch_key(topic_name: str, index: int) -> tuple:
-    """Purgatory watch key of a partition (used by produce to wake fetches)."""
-    return ("fetch", topic_name, index)
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ import functools
 import uuid
 from typing import Any
 
-from shoal.broker.net.connection import NO_RESPONSE
+from shoal.broker.net.contract import NO_RESPONSE
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 

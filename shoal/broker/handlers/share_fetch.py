@@ -27,8 +27,8 @@ import asyncio
 import uuid
 from typing import Any
 
-from shoal.broker.handlers.fetch import fetch_key
 from shoal.broker.handlers.limits import id_error
+from shoal.broker.partition.partition import fetch_key
 from shoal.broker.share.share_session import ContextKind, SessionError
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol.api import api_by_name

@@ -32,15 +32,12 @@ import logging
 import mmap
 import struct
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shoal.broker.net.buffers import FramePool
+from shoal.broker.net.contract import NO_RESPONSE, ConnectionOwner, RequestContext
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.frames import UnsupportedRequest, decode_request, encode_response
-
-if TYPE_CHECKING:
-    from shoal.broker.net.server import Server
 
 log = logging.getLogger("shoal.connection")
 # Every request in and answer out, at DEBUG (log.level=DEBUG), as Kafka's kafka.request.logger:
@@ -60,25 +57,6 @@ def _staging_buffer() -> mmap.mmap:
     return mmap.mmap(-1, _STAGING, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
-NO_RESPONSE = object()  # a handler result meaning "send nothing" (acks=0 produce)
-
-
-@dataclass(slots=True)
-class RequestContext:
-    """What a handler knows about the request besides its body."""
-
-    connection: Connection
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    header: Any
-
-    @property
-    def peer(self) -> str:
-        return self.connection.peer
-
-
 class _Slot:
     __slots__ = ("api_key", "correlation_id", "done", "payload", "version")
 
@@ -91,7 +69,7 @@ class _Slot:
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: ConnectionOwner) -> None:
         self.server = server
         self.broker = server.broker
         self.transport: asyncio.Transport | None = None

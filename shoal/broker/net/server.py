@@ -11,21 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from shoal.broker.config.keys import parse_ip_overrides
 from shoal.broker.net.buffers import FramePool
 from shoal.broker.net.connection import Connection
-
-if TYPE_CHECKING:
-    from shoal.broker.broker import Broker
+from shoal.broker.net.contract import Dispatcher
 
 log = logging.getLogger("shoal.server")
 QUIET_MS = 1000  # a connection this quiet gives back the staging pages of its last burst
 
 
 class Server:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Dispatcher) -> None:
         self.broker = broker
         self.clock = broker.clock
         cfg = broker.config

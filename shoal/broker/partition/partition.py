@@ -34,8 +34,9 @@ import contextlib
 import logging
 import mmap
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from shoal.broker.config.settings import resolve_topic_configs
 from shoal.broker.log import LogConfig, LogError, LogFailed, OffsetOutOfRange, PartitionLog
@@ -44,10 +45,21 @@ from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.records import BatchHeader, TimestampType, iter_batches, set_partition_leader_epoch
 
-if TYPE_CHECKING:
-    from shoal.broker.partition.topics import Topic
-
 log = logging.getLogger("shoal.partition")
+
+
+def fetch_key(topic_name: str, index: int) -> tuple:
+    """The fetch purgatory's watch key of a partition: appends (produce, share-state changes)
+    complete the fetches and share fetches that wait on it."""
+    return ("fetch", topic_name, index)
+
+
+class Topic(Protocol):
+    """What a partition knows of its topic (``topics.Topic``, which holds the partitions)."""
+
+    name: str
+    configs: Mapping[str, Any]
+
 
 LEADER_EPOCH = 0
 SNAPSHOT_FILE = "producer-state.snapshot"

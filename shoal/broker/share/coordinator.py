@@ -50,7 +50,8 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from shoal.broker.coordinator.runtime import CoordinatorRuntime, Record, partition_for
+from shoal.broker.coordinator.runtime import CoordinatorRuntime
+from shoal.broker.coordinator.shard import Record, partition_for
 from shoal.broker.log import LogError
 from shoal.broker.share.state import (
     DEFAULT_STATE_EPOCH,

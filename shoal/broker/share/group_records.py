@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from shoal.broker.coordinator.runtime import Record
+from shoal.broker.coordinator.shard import Record
 from shoal.broker.share.group import InitState, ShareGroup, ShareMember
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 
@@ -159,8 +159,8 @@ class ShareGroupReplayer:
             if v is None:
                 self.groups.pop(gid, None)
                 return
-            g = self._group(gid)
-            g.group_epoch, g.metadata_hash = v.epoch, v.metadata_hash
+            meta = self._group(gid)
+            meta.group_epoch, meta.metadata_hash = v.epoch, v.metadata_hash
             return
         g = self.groups.get(gid) if v is None else self._group(gid)
         if g is None:

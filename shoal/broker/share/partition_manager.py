@@ -58,7 +58,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.broker.handlers.fetch import fetch_key
+from shoal.broker.partition.partition import fetch_key
 from shoal.broker.share.dead_letter import Archived, Reason, dead_letter_batch
 from shoal.broker.share.share_partition import SharePartition
 from shoal.broker.share.share_session import ShareSessionCache

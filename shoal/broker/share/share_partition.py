@@ -78,12 +78,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sortedcontainers import SortedDict
 
+from shoal.broker.share.fetched import deliverable_segments
 from shoal.broker.share.in_flight import (
     ACKNOWLEDGED,
     ACQUIRED,
@@ -231,39 +232,9 @@ def _type_runs(first: int, types: Sequence[int], a: int, b: int) -> Iterator[tup
     yield run_start, b, t
 
 
-def _segments(fetched: Sequence[Any], aborted: Iterable[Sequence[int]], cursor: int) -> list[tuple[int, int, bool]]:
-    """Cover [cursor, last fetched offset] with (first, last, has_data) segments, one per
-    log batch plus fillers for offsets no batch holds. Control batches and batches of
-    aborted transactions (producer id, first offset[, last offset]) have no data: a
-    transaction is aborted from its first offset until its producer's next control batch
-    (the abort marker) or its last offset, as Kafka's read_committed filter decides."""
-    txns = sorted((int(t[1]), int(t[0]), int(t[2]) if len(t) > 2 else None) for t in aborted)
-    active: dict[int, int | None] = {}
-    i = 0
-    out: list[tuple[int, int, bool]] = []
-    for batch in fetched:
-        base, last = batch.base_offset, batch.last_offset
-        if last < cursor:
-            continue
-        if base > cursor:
-            out.append((cursor, base - 1, False))
-        while i < len(txns) and txns[i][0] <= last:
-            _first, pid, end = txns[i]
-            i += 1
-            if end is None or end >= base:
-                active[pid] = end
-        pid = getattr(batch, "producer_id", -1)
-        if batch.is_control:
-            data = False
-            active.pop(pid, None)
-        elif pid in active and getattr(batch, "is_transactional", True):
-            end = active[pid]
-            data = end is not None and base > end
-        else:
-            data = True
-        out.append((max(base, cursor), last, data))
-        cursor = last + 1
-    return out
+def _starts_by(last: int) -> Callable[[InFlightBatch], bool]:
+    """A test of "this in-flight range starts at or before ``last``"."""
+    return lambda u: u.first <= last
 
 
 def _coalesce(batches: list[Batch]) -> list[Batch]:
@@ -509,7 +480,7 @@ class SharePartition:
         hole = self._first_gap_hole()
         gap = self._gap_start if hole is not None else None
         pos = lo
-        for seg_first, seg_last, has_data in _segments(fetched, aborted or (), lo_read):
+        for seg_first, seg_last, has_data in deliverable_segments(fetched, aborted or (), lo_read):
             if seg_last < pos:
                 continue
             if seg_first > hi or acq.stop:
@@ -630,7 +601,7 @@ class SharePartition:
             a = max(first, self._start)
             if a > last:
                 continue
-            units = list(itertools.takewhile(lambda u, last=last: u.first <= last, self._units_from(a)))
+            units = list(itertools.takewhile(_starts_by(last), self._units_from(a)))
             touched += units
             for u in units:
                 for x, y, state, count, member, dl, _p in list(u.runs(a, last)):

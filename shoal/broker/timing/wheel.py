@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from heapq import heappop, heappush
 from operator import attrgetter
+from typing import Any
 
 __all__ = ["WHEEL_SIZE", "Timer", "TimerTask", "TimingWheel"]
 
@@ -54,8 +55,8 @@ class _Bucket:
     __slots__ = ("_next", "_prev", "count", "expiration", "order", "span")
 
     def __init__(self, order: int, span: int) -> None:
-        self._next: _Bucket | TimerTask = self
-        self._prev: _Bucket | TimerTask = self
+        self._next: Any = self  # a task, or this bucket when empty
+        self._prev: Any = self
         self.count = 0  # live tasks linked here
         self.expiration = -1  # start of the time range it holds; -1: not in the heap
         self.order = order  # tie-break in the heap (lower level first)
@@ -89,6 +90,11 @@ class TimerTask:
 
     __slots__ = ("_bucket", "_next", "_prev", "callback", "deadline_ms")
 
+    # Neighbours in the bucket's list while linked (a bucket or a task), None once unlinked:
+    # typed loosely, as the intrusive list's hot paths follow them without checks.
+    _prev: Any
+    _next: Any
+
     def __init__(self, deadline_ms: int, callback: Callable[[], object] | None = None) -> None:
         self.deadline_ms = deadline_ms
         self.callback = callback
@@ -116,7 +122,7 @@ class TimerTask:
             nxt = self._next
             prev._next = nxt
             nxt._prev = prev
-            self._prev = self._next = None  # type: ignore[assignment]
+            self._prev = self._next = None
             b.count -= 1
 
     def run(self) -> None:
@@ -149,7 +155,7 @@ def _drain(bucket: _Bucket, out: list[TimerTask]) -> None:
         assert isinstance(node, TimerTask)
         nxt = node._next
         node._bucket = None
-        node._prev = node._next = None  # type: ignore[assignment]
+        node._prev = node._next = None
         out.append(node)
         node = nxt
 
@@ -279,7 +285,7 @@ class TimingWheel:
                 deadline = node.deadline_ms
                 if deadline <= expiration:
                     node._bucket = None
-                    node._prev = node._next = None  # type: ignore[assignment]
+                    node._prev = node._next = None
                     expired.append(node)
                 else:
                     self._insert(node, deadline)

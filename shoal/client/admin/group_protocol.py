@@ -322,7 +322,7 @@ def parse_share_group(
         return entity_error(g.error_code, g.error_message, f"share group {g.group_id!r}")
     members = []
     for m in g.members:
-        assigned = []
+        assigned: list[Any] = []
         for tp in m.assignment.topic_partitions if m.assignment is not None else ():
             name = tp.topic_name or topic_names.get(tp.topic_id) or str(tp.topic_id)
             assigned.extend(TopicPartition(name, p) for p in sorted(tp.partitions))

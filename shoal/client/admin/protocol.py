@@ -84,7 +84,7 @@ def entity_error(code: int, message: str | None, what: str) -> BrokerResponseErr
     return BrokerResponseError(code, f"{what}: {message or error_for(code).message}")
 
 
-def _req(name: str) -> type:
+def _req(name: str) -> Any:
     return api_by_name(name).request_class()
 
 

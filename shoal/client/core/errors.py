@@ -127,8 +127,8 @@ class BrokerResponseError(KafkaErrorResponse, KafkaClientError):
     def __init__(self, error: KafkaError | int, detail: str | None = None) -> None:
         KafkaErrorResponse.__init__(self, error, detail)
 
-    @property  # type: ignore[override]
-    def retriable(self) -> bool:
+    @property
+    def retriable(self) -> bool:  # type: ignore[override]  # read-only here: the error's own flag
         return self.error.retriable
 
 

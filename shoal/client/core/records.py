@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.protocol.exceptions import ProtocolError
-from shoal.protocol.records import Record, decode_record_set, iter_batches
+from shoal.protocol.record_sets import decode_record_set
+from shoal.protocol.records import Record, iter_batches
 
 __all__ = ["ConsumerRecord", "RecordBatchView", "decode_record_set_for", "iter_record_batches"]
 

@@ -41,7 +41,7 @@ __all__ = ["Partitioner", "StickyState", "key_partition", "murmur2"]
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
-_WORDS: dict[int, Callable[[bytes, int], tuple[int, ...]]] = {}
+_WORDS: dict[int, Callable[[bytes | bytearray | memoryview, int], tuple[int, ...]]] = {}
 
 
 def murmur2(data: bytes | bytearray | memoryview) -> int:

@@ -338,10 +338,11 @@ class AckTracker:
                 f"record {where} cannot be acknowledged: it was not returned by this consumer's latest poll "
                 "(another consumer's record, or one from an earlier poll that is already settled)"
             )
-        del p.delivered[record.offset]  # type: ignore[union-attr]
-        p.pending[record.offset] = t  # type: ignore[union-attr]
+        assert p is not None  # held is not None, so p was found
+        del p.delivered[record.offset]
+        p.pending[record.offset] = t
         if t == RENEW:
-            p.renewing[record.offset] = record  # type: ignore[union-attr]
+            p.renewing[record.offset] = record
 
     def unacknowledged(self) -> int:
         return sum(len(p.delivered) for p in self._parts.values())

@@ -155,7 +155,7 @@ class BatchLedger:
 
     def take_committed(self, upto: int) -> list[Any]:
         """Batches up to ``upto`` are in Spark's commit log: forget them, return their records (to ACCEPT)."""
-        out = []
+        out: list[Any] = []
         for bid in sorted(b for b in self.batches if b <= upto):
             out += self.batches.pop(bid).values()
         return out

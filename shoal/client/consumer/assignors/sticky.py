@@ -273,7 +273,7 @@ class _Constrained:
 class _SortedMembers:
     """Java's TreeSet of members ordered by (assigned partition count, member id)."""
 
-    def __init__(self, assignment: Mapping[str, list[TopicPartition]]) -> None:
+    def __init__(self, assignment: Mapping[str, list[TopicPartition]] | JavaHashMap[str, list[TopicPartition]]) -> None:
         self._assignment = assignment
         self._keys: dict[str, tuple[int, bytes]] = {}
         self._order: list[tuple[int, bytes, str]] = []
@@ -459,7 +459,7 @@ class _General:
         return True
 
     @staticmethod
-    def _balance_score(assignment: Mapping[str, list[TopicPartition]]) -> int:
+    def _balance_score(assignment: Mapping[str, list[TopicPartition]] | JavaHashMap[str, list[TopicPartition]]) -> int:
         sizes = [len(parts) for parts in assignment.values()]
         return sum(abs(a - b) for i, a in enumerate(sizes) for b in sizes[i + 1 :])
 
