@@ -10,13 +10,14 @@ answered. Rows:
 * **EmbeddedBroker, thread**: ``EmbeddedBroker().start()`` (its own loop in a
   thread, temporary directory), from the call to the first answer; the first
   start in the process (imports, codec compilation) is printed on its own;
+* **EmbeddedBroker, thread, in memory**: the same with ``log.dirs=":memory:"`` (the
+  data directory on the RAM filesystem /dev/shm);
 * **EmbeddedBroker, caller's loop**: ``async with EmbeddedBroker()``;
 * **stop**: ``stop()`` of the thread broker (the directory removed too);
 * **per-test fixture overhead**: a pytest run of ``--tests`` empty tests that
   take ``shoal_broker``, minus the same run without the fixture, per test.
 
 The issue's goal is ready in <= 50 ms in process. Medians and p90 over ``--runs``.
-There is no in-memory storage row: ``log.dirs=:memory:`` is not built yet.
 """
 
 from __future__ import annotations
@@ -78,11 +79,11 @@ def subprocess_ready() -> float:
                 proc.wait(15)
 
 
-def embedded_thread() -> tuple[float, float]:
+def embedded_thread(**settings: str) -> tuple[float, float]:
     from shoal.testing import EmbeddedBroker
 
     t0 = time.perf_counter()
-    b = EmbeddedBroker().start()
+    b = EmbeddedBroker(**settings).start()
     api_versions(b.port)
     ready = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -132,6 +133,7 @@ def main() -> None:
     thread_runs = [embedded_thread() for _ in range(args.runs)]
     ready = [r for r, _ in thread_runs]
     stops = [s for _, s in thread_runs]
+    memory = [embedded_thread(log_dirs=":memory:")[0] for _ in range(args.runs)]
     loop_runs = asyncio.run(embedded_loop(args.runs))
     plain = pytest_seconds(args.tests, False)
     fixture = pytest_seconds(args.tests, True)
@@ -142,6 +144,7 @@ def main() -> None:
     print(f"{'subprocess broker (reference)':44} {ms(sub)}")
     print(f"{'EmbeddedBroker, thread, first in process':44} {first_ready * 1000:8.1f} ms")
     print(f"{'EmbeddedBroker, thread':44} {ms(ready)}   {ref / statistics.median(ready):5.1f}x faster")
+    print(f"{'EmbeddedBroker, thread, in memory':44} {ms(memory)}   {ref / statistics.median(memory):5.1f}x faster")
     print(f"{'EmbeddedBroker, caller loop':44} {ms(loop_runs)}   {ref / statistics.median(loop_runs):5.1f}x faster")
     print(f"{'EmbeddedBroker, thread: stop':44} {ms(stops)}")
     print(f"{'per-test overhead of the shoal_broker fixture':44} {overhead * 1000:8.1f} ms  ({args.tests} tests)")

@@ -28,7 +28,7 @@ from shoal.client.core.errors import BrokerResponseError, KafkaClientError, Unsu
 from shoal.protocol.api import api_by_name, codec
 from shoal.protocol.coordinator_records import encode_versioned
 from shoal.protocol.errors import ErrorCode
-from tests.brokers import BrokerProcess, RawClient
+from tests.brokers import BrokerProcess, InProcessBroker, RawClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient  # noqa: E402
@@ -44,7 +44,7 @@ FAST = (
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("admin") / "data", FAST).start()
+    b = InProcessBroker(tmp_path_factory.mktemp("admin") / "data", FAST).start()
     yield b
     b.stop()
 

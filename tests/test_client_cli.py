@@ -25,7 +25,7 @@ from shoal.client.cli.support import (
 )
 from shoal.client.core.cluster import TopicPartition
 from shoal.protocol.api import api_by_name
-from tests.brokers import ROOT, BrokerProcess, RawClient
+from tests.brokers import ROOT, BrokerProcess, InProcessBroker, RawClient
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient  # noqa: E402
@@ -41,7 +41,7 @@ FAST = (
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("cli") / "data", FAST).start()
+    b = InProcessBroker(tmp_path_factory.mktemp("cli") / "data", FAST).start()
     yield b
     b.stop()
 

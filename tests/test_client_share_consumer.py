@@ -25,7 +25,7 @@ from shoal.client.core.errors import (
 from shoal.client.share.consumer import AcknowledgeType, AsyncShareConsumer
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
-from tests.brokers import BrokerProcess, RawClient
+from tests.brokers import InProcessBroker, RawClient
 from tests.test_broker_protocol import create
 from tests.test_share_fetch_clients import FAST, group_config
 
@@ -34,7 +34,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("client-share") / "data", FAST).start()
+    b = InProcessBroker(tmp_path_factory.mktemp("client-share") / "data", FAST).start()
     yield b
     b.stop()
 

@@ -22,6 +22,7 @@ import pytest
 
 from shoal import AsyncProducer, AsyncShareConsumer, EmbeddedBroker
 from shoal.testing import FAST_TIMERS
+from shoal.testing.embedded import memory_root
 
 QUIET = {"log_level": 0}
 
@@ -301,3 +302,27 @@ def test_a_failed_acks0_produce_closes_the_connection_as_kafka_does() -> None:
             c.send("Produce", 9, body)  # acks=0: there is no answer to carry the error
             assert c.sock.recv(1) == b""  # closed instead
         assert b.faults.injected == {"Produce:fail": 1}
+
+
+def test_in_memory_storage_lives_on_a_ram_filesystem_and_goes_at_stop() -> None:
+    with open("/proc/mounts") as f:
+        ram = {line.split()[1] for line in f if line.split()[2] in ("tmpfs", "ramfs")}
+    with EmbeddedBroker(log_dirs=":memory:") as b:
+        data = b.data_dir
+        assert str(data.parent) in ram  # the data directory is on tmpfs, not on a disk
+        b.create_topic("mem", partitions=1)
+        for v in (b"a", b"b"):
+            b.produce("mem", v)
+        assert any(p.name.startswith("mem-0") for p in data.iterdir())
+        b.restart(clean=False)  # a crash keeps what was fsynced (acks=all waits for it)
+        assert [r.value for r in b.read("mem")] == [b"a", b"b"]
+    assert not data.exists()
+
+
+def test_in_memory_storage_is_refused_without_a_ram_filesystem(tmp_path) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/vda / ext4 rw 0 0\n/dev/vda /dev/shm ext4 rw 0 0\n")
+    with pytest.raises(ValueError, match="RAM filesystem"):
+        memory_root(str(mounts))
+    mounts.write_text("tmpfs /dev/shm tmpfs rw 0 0\n")
+    assert memory_root(str(mounts)) == "/dev/shm"

@@ -10,9 +10,9 @@ import time
 from collections import Counter
 
 import pytest
-from shoal.protocol.api import api_by_name
 
-from tests.brokers import BrokerProcess, RawClient
+from shoal.protocol.api import api_by_name
+from tests.brokers import BrokerProcess, InProcessBroker, RawClient
 from tests.test_broker_protocol import create
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -31,7 +31,7 @@ FAST = (
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("share-fetch") / "data", FAST).start()
+    b = InProcessBroker(tmp_path_factory.mktemp("share-fetch") / "data", FAST).start()
     yield b
     b.stop()
 

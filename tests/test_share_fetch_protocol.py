@@ -11,10 +11,10 @@ import uuid
 
 import confluent_kafka
 import pytest
+
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.records import iter_batches
-
 from tests.brokers import RawClient
 from tests.test_broker_protocol import create
 from tests.test_share_fetch_clients import group_config, produce
@@ -36,9 +36,9 @@ ACCEPT, RELEASE, REJECT, RENEW = 1, 2, 3, 4
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    from tests.brokers import BrokerProcess
+    from tests.brokers import InProcessBroker
 
-    b = BrokerProcess(tmp_path_factory.mktemp("share-fetch-proto") / "data", FAST).start()
+    b = InProcessBroker(tmp_path_factory.mktemp("share-fetch-proto") / "data", FAST).start()
     yield b
     b.stop()
 

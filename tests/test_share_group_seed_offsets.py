@@ -24,7 +24,7 @@ from shoal.client import AsyncAdmin
 from shoal.client.core.cluster import TopicPartition
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
-from tests.brokers import ROOT, BrokerProcess, RawClient
+from tests.brokers import ROOT, BrokerProcess, InProcessBroker, RawClient
 from tests.test_broker_protocol import create
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -44,7 +44,7 @@ OC = api_by_name("OffsetCommit").request_class()
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("seed") / "data", FAST).start()
+    b = InProcessBroker(tmp_path_factory.mktemp("seed") / "data", FAST).start()
     yield b
     b.stop()
 

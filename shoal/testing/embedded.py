@@ -5,7 +5,7 @@ any client, and starts in milliseconds; mocking a client tests the mock, and a
 JVM broker in Docker costs seconds per start and a daemon. This is the real
 broker (``shoal.broker.broker.Broker``, the object ``shoal-broker`` runs) on
 an ephemeral 127.0.0.1 port, with a temporary data directory it removes at
-the end, plus helpers a test wants: topics, records in and out, waiting for a
+the end (``log.dirs=":memory:"`` puts it in RAM, see ``memory_root``), plus helpers a test wants: topics, records in and out, waiting for a
 group, a share partition's state, a crash, and request fault injection
 (``faults``, see ``shoal.broker.faults``).
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import tempfile
 import threading
@@ -35,7 +36,10 @@ from shoal.broker.config.settings import BrokerConfig
 from shoal.broker.faults import FaultInjector
 from shoal.broker.share.in_flight import STATE_NAMES
 
-__all__ = ["EMBEDDED_DEFAULTS", "FAST_TIMERS", "EmbeddedBroker", "SharePartitionState"]
+__all__ = ["EMBEDDED_DEFAULTS", "FAST_TIMERS", "MEMORY", "EmbeddedBroker", "SharePartitionState", "memory_root"]
+
+MEMORY = ":memory:"  # log.dirs value: the data directory lives in RAM
+_RAM_FILESYSTEMS = ("tmpfs", "ramfs")
 
 T = TypeVar("T")
 
@@ -81,6 +85,31 @@ class SharePartitionState:
         return None
 
 
+def memory_root(mounts: str = "/proc/mounts") -> str:
+    """Where ``log.dirs=":memory:"`` puts its data directory: a RAM-backed filesystem.
+
+    Not a second storage engine: the broker's one log implementation runs
+    unchanged on a tmpfs directory, so what a test exercises is what runs in
+    production, while nothing touches a disk, fsync costs nothing and the data
+    vanishes with the directory at ``stop()``. Linux mounts a tmpfs at
+    /dev/shm; a system without one (macOS, Windows) is refused with a clear
+    error instead of silently writing to disk. Mind the size: Docker gives
+    containers a 64 MiB /dev/shm unless told otherwise (``--shm-size``).
+    """
+    root = "/dev/shm"
+    try:
+        with open(mounts) as f:
+            kinds = {fields[1]: fields[2] for fields in (line.split() for line in f) if len(fields) > 2}
+    except OSError:
+        kinds = {}
+    if kinds.get(root) not in _RAM_FILESYSTEMS or not os.access(root, os.W_OK | os.X_OK):
+        raise ValueError(
+            f'log.dirs="{MEMORY}" needs a writable RAM filesystem (tmpfs) at {root}, which this system '
+            "does not have; leave log.dirs unset for a temporary directory on disk"
+        )
+    return root
+
+
 class EmbeddedBroker:
     """A Shoal broker in this process. Settings by Kafka's names (a mapping, or keyword
     arguments with underscores for dots: ``num_partitions=3``)."""
@@ -102,6 +131,10 @@ class EmbeddedBroker:
             if name in merged:
                 path = merged.pop(name)
                 data_dir = data_dir if data_dir is not None else path
+        self._memory = str(data_dir) == MEMORY
+        if self._memory:
+            memory_root()  # refused here, not at start
+            data_dir = None
         merged.setdefault("listeners", "PLAINTEXT://127.0.0.1:0")
         self._settings = {k: _text(v) for k, v in merged.items()}
         BrokerConfig.from_sources(self._with_dir("/nonexistent-check"))  # ConfigError now, not at start
@@ -151,7 +184,8 @@ class EmbeddedBroker:
         if self._broker is not None:
             raise RuntimeError("the embedded broker is already running")
         if self._data_dir is None:
-            self._data_dir = Path(tempfile.mkdtemp(prefix="shoal-embedded-"))
+            where = memory_root() if self._memory else None
+            self._data_dir = Path(tempfile.mkdtemp(prefix="shoal-embedded-", dir=where))
         self._loop = asyncio.get_running_loop()
         await self._boot()
         return self
