@@ -248,3 +248,27 @@ def test_a_topic_with_a_249_character_name_deletes_and_comes_back_empty(shared_b
         assert lo_hi == (0, 0)  # empty: nothing of the deleted topic came back
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("internal", ["__consumer_offsets", "__share_group_state"])
+def test_partitions_are_not_added_to_internal_topics(broker_factory, internal) -> None:
+    """Kafka would add them, and every group hashed onto a different partition then loses its
+    committed offsets at the next start; Shoal answers POLICY_VIOLATION and changes nothing."""
+    b = broker_factory("offsets.topic.num.partitions=2", "share.coordinator.state.topic.num.partitions=2").start()
+    create_topic(b.bootstrap, "orders", 1)
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "keeper", "log_level": 0})
+    c.commit(offsets=[TopicPartition("orders", 0, 7)], asynchronous=False)
+    c.close()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 0})
+    admin.list_topics(internal, timeout=10)  # exists once a group used the coordinator
+    with pytest.raises(Exception) as e:
+        admin.create_partitions([NewPartitions(internal, 8)])[internal].result(15)
+    assert e.value.args[0].code() == KafkaError.POLICY_VIOLATION
+    assert len(admin.list_topics(internal, timeout=10).topics[internal].partitions) == 2
+    b.stop()
+    b.start()
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "keeper", "log_level": 0})
+    try:
+        assert c.committed([TopicPartition("orders", 0)], timeout=15)[0].offset == 7
+    finally:
+        c.close()

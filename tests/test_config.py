@@ -139,6 +139,8 @@ def test_divergences_from_kafka_are_exactly_the_intended_ones() -> None:
         "log.dirs",
         "log.dir",
         "log.level",
+        "max.partitions",
+        "max.partitions.per.request",
         "group.share.enable",
         "group.coordinator.rebalance.protocols",
         "offsets.topic.replication.factor",

@@ -124,7 +124,7 @@ class Broker:
         self.log_writer = ThreadedWriter(loop, write=self.file_ops.write_all)
         self.timer = AsyncTimer(loop, self.clock.monotonic_ms)
         self.fetch_purgatory = Purgatory("Fetch", self.timer)
-        self.topics = TopicManager(self.data_dir, self._open_partition)
+        self.topics = TopicManager(self.data_dir, self._open_partition, self.config.get("max.partitions"))
         self.topics.load(self.clean_start)
         self.group_configs = GroupConfigs(self.data_dir, self.config)
         self.group_configs.load()

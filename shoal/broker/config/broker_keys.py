@@ -169,6 +169,25 @@ BROKER_CONFIGS: Final = ConfigDef.of(
     ),
     _key("num.partitions", INT, 1, "Partition count for topics created without one.", validator=AT_LEAST_1),
     _key(
+        "max.partitions",
+        INT,
+        100000,
+        "Most partitions this broker holds, internal topics included; creating more is refused "
+        "(POLICY_VIOLATION), as is creating more than the open-file limit leaves room for.",
+        importance=MED,
+        validator=AT_LEAST_1,
+        kafka_default=SHOAL_ONLY,
+    ),
+    _key(
+        "max.partitions.per.request",
+        INT,
+        10000,
+        "Most partitions one CreateTopics or CreatePartitions request may create (POLICY_VIOLATION past it).",
+        importance=MED,
+        validator=AT_LEAST_1,
+        kafka_default=SHOAL_ONLY,
+    ),
+    _key(
         "default.replication.factor",
         INT,
         1,

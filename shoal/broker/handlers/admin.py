@@ -9,11 +9,21 @@ the controller's rules (APPEND/SUBTRACT on LIST configs only, starting from the
 config's default when there is no override; bad values INVALID_CONFIG).
 A single node means replication factor 1 (or -1 for the default) and replica
 assignments naming only this node.
+
+Creating partitions is bounded and never holds the event loop: one request may
+create at most ``max.partitions.per.request``, the broker holds at most
+``max.partitions`` and no more than its open-file limit leaves room for (each
+refused with POLICY_VIOLATION, as Kafka answers a creation policy), and the
+partitions are opened a few at a time (``STEP_BUDGET_S`` of work, then the
+loop serves others). A creation that fails midway removes what it opened.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
+from collections.abc import Generator
 from typing import Any
 
 from shoal.broker.config.keys import render_value
@@ -61,8 +71,10 @@ def _config_dict(items: Any) -> dict[str, str | None]:
     return {c.name: c.value for c in items or ()}
 
 
-def create_topic(broker: Any, name: str, num_partitions: int, configs: dict[str, str | None]) -> Any:
-    """Validate and create a topic; raises KafkaErrorResponse. Used by Metadata auto-create too."""
+STEP_BUDGET_S = 0.002  # partition opening done in one turn of the event loop, at most (about 6 partitions)
+
+
+def _checked(broker: Any, name: str, num_partitions: int, configs: dict[str, str | None]) -> tuple[int, dict]:
     if num_partitions == -1:
         num_partitions = broker.config.get("num.partitions")
     broker.topics.check_create(name, num_partitions)
@@ -70,13 +82,46 @@ def create_topic(broker: Any, name: str, num_partitions: int, configs: dict[str,
         typed = validate_topic_configs(configs, broker.config)
     except ConfigError as e:
         raise KafkaErrorResponse(ErrorCode.INVALID_CONFIG, str(e)) from None
-    overrides = {k: v for k, v in configs.items() if typed.get(k) is not None}
-    return broker.topics.create(name, num_partitions, overrides)
+    return num_partitions, {k: v for k, v in configs.items() if typed.get(k) is not None}
 
 
-def handle_create_topics(broker: Any, ctx: Any, req: Any) -> Any:
+def create_topic(broker: Any, name: str, num_partitions: int, configs: dict[str, str | None]) -> Any:
+    """Validate and create a topic at once; raises KafkaErrorResponse. For Metadata's auto-creation
+    (``num.partitions`` partitions); CreateTopics creates in steps."""
+    n, overrides = _checked(broker, name, num_partitions, configs)
+    return broker.topics.create(name, n, overrides)
+
+
+async def _drive(steps: Generator[None, None, Any]) -> Any:
+    """Run a creation in steps, giving the loop back after every ``STEP_BUDGET_S`` of work.
+    Cancelled (the broker stopping), the creation is abandoned and removes what it opened."""
+    try:
+        deadline = time.monotonic() + STEP_BUDGET_S
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+            if time.monotonic() >= deadline:
+                await asyncio.sleep(0)
+                deadline = time.monotonic() + STEP_BUDGET_S
+    finally:
+        steps.close()
+
+
+def _check_request_room(broker: Any, so_far: int, more: int) -> None:
+    cap = broker.config.get("max.partitions.per.request")
+    if so_far + more > cap:
+        raise KafkaErrorResponse(
+            ErrorCode.POLICY_VIOLATION,
+            f"This request would create {so_far + more} partitions; max.partitions.per.request is {cap}.",
+        )
+
+
+async def handle_create_topics(broker: Any, ctx: Any, req: Any) -> Any:
     cls = _CT.response_class()
     results = []
+    created = 0  # partitions this request created (or would, validating)
     seen: dict[str, int] = {}
     for t in req.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
@@ -96,15 +141,21 @@ def handle_create_topics(broker: Any, ctx: Any, req: Any) -> Any:
             if req.validate_only:
                 validate_topic_name(t.name)
                 n = broker.config.get("num.partitions") if partitions == -1 else partitions
+                _check_request_room(broker, created, max(n, 0))
                 broker.topics.check_create(t.name, n)
                 try:
                     validate_topic_configs(configs, broker.config)
                 except ConfigError as e:
                     raise KafkaErrorResponse(ErrorCode.INVALID_CONFIG, str(e)) from None
+                created += n
                 r.num_partitions, r.replication_factor = n, 1
                 r.configs = _created_configs(cls, broker, configs)
                 continue
-            topic = create_topic(broker, t.name, partitions, configs)
+            n = broker.config.get("num.partitions") if partitions == -1 else partitions
+            _check_request_room(broker, created, max(n, 0))
+            n, overrides = _checked(broker, t.name, n, configs)
+            topic = await _drive(broker.topics.create_steps(t.name, n, overrides))
+            created += n
         except KafkaErrorResponse as e:
             r.error_code, r.error_message = e.code, e.detail
             continue
@@ -157,9 +208,10 @@ def handle_delete_topics(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(throttle_time_ms=0, responses=out)
 
 
-def handle_create_partitions(broker: Any, ctx: Any, req: Any) -> Any:
+async def handle_create_partitions(broker: Any, ctx: Any, req: Any) -> Any:
     cls = _CP.response_class()
     out = []
+    created = 0
     for t in req.topics:
         r = cls.CreatePartitionsTopicResult(name=t.name, error_message=None)
         out.append(r)
@@ -175,6 +227,15 @@ def handle_create_partitions(broker: Any, ctx: Any, req: Any) -> Any:
                 )
             if t.count == current:
                 raise KafkaErrorResponse(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            if topic.internal:
+                # Kafka accepts this, and then a group's coordinator partition (hash of the id
+                # modulo the partition count) moves: committed offsets and group state read back
+                # as absent after a restart. Shoal refuses it as a policy would.
+                raise KafkaErrorResponse(
+                    ErrorCode.POLICY_VIOLATION,
+                    f"Adding partitions to the internal topic {t.name} is refused: groups are placed on its "
+                    "partitions by hash, so their committed offsets and state would be lost.",
+                )
             if t.assignments is not None:
                 if len(t.assignments) != t.count - current:
                     raise KafkaErrorResponse(
@@ -183,8 +244,11 @@ def handle_create_partitions(broker: Any, ctx: Any, req: Any) -> Any:
                         f"but {len(t.assignments)} assignments provided.",
                     )
                 _check_replication(broker, -1, t.assignments)
+            _check_request_room(broker, created, t.count - current)
+            broker.topics.check_room(t.count - current)
             if not req.validate_only:
-                broker.topics.add_partitions(t.name, t.count)
+                await _drive(broker.topics.add_partitions_steps(t.name, t.count))
+            created += t.count - current
         except KafkaErrorResponse as e:
             r.error_code, r.error_message = e.code, e.detail
     return cls(throttle_time_ms=0, results=out)

@@ -221,8 +221,18 @@ class PartitionLog(LogReads, LogTrimming):
         if problem and not clean_shutdown:
             report.notes.append(problem)
         report.notes.extend(finish_interrupted_cleaning(directory))
-        segments = load_segments(directory, rp, clean_shutdown, now, report, **log._segment_args())
-        log._segments = segments
+        log._segments = segments = load_segments(directory, rp, clean_shutdown, now, report, **log._segment_args())
+        try:
+            log._finish_open(segments, rp, clean_shutdown, report, now)
+        except BaseException:  # e.g. EMFILE writing the log start: the segments' files go too
+            log._close_files()
+            raise
+        return log
+
+    def _finish_open(
+        self, segments: list[LogSegment], rp: int, clean_shutdown: bool, report: RecoveryReport, now: int
+    ) -> None:
+        log, directory = self, self.path
         log._bases = [s.base_offset for s in segments]
         log._size = sum(s.size for s in segments)
         log._dir_dirty = True  # the first flush also syncs the directory entries
@@ -238,7 +248,6 @@ class PartitionLog(LogReads, LogTrimming):
         log.recovery = report
         log._last_flush_ms = now
         log._opened_end = log.log_end_offset
-        return log
 
     def _segment_args(self) -> dict[str, int]:
         return {

@@ -14,6 +14,13 @@ C function such as ``os.write`` reading it) refuses to be resized, so
 ``in_use`` tries a one-byte shrink-and-grow that stays inside the
 allocation (no copy, no realloc) and reports a BufferError as "in use".
 Buffers still in use stay on the pool's list and are passed over.
+
+A new buffer is an anonymous memory mapping, not a ``bytearray(size)``: the
+kernel backs its pages only as a frame's bytes land in them, so a size a
+client *announces* costs nothing until it sends the bytes (a ``bytearray``
+was zero-filled at once: 20 sockets announcing 8 MiB frames and sending
+nothing more held 160 MiB). A mapping refuses ``resize`` while exported, which
+is the same "in use" test.
 """
 
 from __future__ import annotations
@@ -29,17 +36,26 @@ DEFAULT_POOL_BYTES = 32 * 1024 * 1024
 MAX_POOLED_FRAME = 8 * 1024 * 1024  # larger frames get their own buffer, dropped after use
 
 
-def in_use(buf: bytearray) -> bool:
+def in_use(buf: bytearray | mmap.mmap) -> bool:
     """True while any memoryview (or other buffer export) of ``buf`` is alive.
 
-    For spent buffers only: when free, its last byte is left as 0.
+    For spent buffers only: when free, a ``bytearray``'s last byte is left as 0.
     """
     try:
-        del buf[-1:]  # a resize: refused while exported; shrinking by one byte never reallocates
+        if isinstance(buf, mmap.mmap):
+            buf.resize(len(buf))  # refused while exported; the same size changes nothing
+        else:
+            del buf[-1:]  # a resize: refused while exported; shrinking by one byte never reallocates
     except BufferError:
         return True
-    buf.append(0)  # back to its length, inside the same allocation
+    if not isinstance(buf, mmap.mmap):
+        buf.append(0)  # back to its length, inside the same allocation
     return False
+
+
+def _mapping(size: int) -> mmap.mmap:
+    """``size`` bytes of anonymous memory, backed page by page as they are written."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
 class FramePool:
@@ -66,7 +82,8 @@ class FramePool:
     def pooled_bytes(self) -> int:
         return self._bytes
 
-    def take(self, size: int) -> bytearray:
+    def take(self, size: int) -> Any:
+        """A ``bytearray`` or ``mmap`` of at least ``size`` bytes (use ``memoryview(buf)[:size]``)."""
         if size <= self.max_frame:
             bufs = self._bufs
             for i in range(len(bufs) - 1, -1, -1):  # newest first: likeliest still in the CPU cache
@@ -75,11 +92,8 @@ class FramePool:
                     del bufs[i]
                     self._bytes -= len(buf)
                     return buf
-            return bytearray(-(-size // GRANULE) * GRANULE)
-        # A frame too large to pool: an anonymous mapping, whose pages exist only once its bytes
-        # arrive. bytearray(size) zero-filled every page of the size a client *announced*: 20
-        # sockets announcing 100 MB frames (and sending nothing more) took the broker to 2 GiB.
-        return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # type: ignore[return-value]
+            return _mapping(-(-size // GRANULE) * GRANULE)
+        return _mapping(size)  # too large to pool: dropped after use
 
     def give(self, buf: Any) -> None:
         n = len(buf)

@@ -152,7 +152,13 @@ class Partition:
         if report is not None and not clean:
             log.info("%s-%d: %s", topic.name, index, report.summary())
         expiration = broker.config.get("producer.id.expiration.ms")
-        return cls(broker, topic, index, plog, _restore_producers(plog, expiration, path))
+        try:
+            producers = _restore_producers(plog, expiration, path)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                plog.close()  # closes every file, whatever else fails
+            raise
+        return cls(broker, topic, index, plog, producers)
 
     # -- state -----------------------------------------------------------------
     @property
