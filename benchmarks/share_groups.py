@@ -48,7 +48,6 @@ sys.path.insert(0, str(ROOT))
 
 from shoal.protocol.api import api_by_name  # noqa: E402
 from shoal.protocol.frames import decode_response, encode_request  # noqa: E402
-
 from tests.brokers import BrokerProcess  # noqa: E402
 
 ROWS: list[tuple[str, str, str]] = []  # (figure, ours, reference) for the closing table
@@ -121,7 +120,7 @@ def moves(before: Assignment, after: Assignment) -> tuple[int, int, int]:
 
 
 def assignment_figures(runs: int) -> None:
-    from shoal.broker.share.assignor import assign
+    from shoal.broker.groups.share.assignor import assign
 
     n_members, n_parts = 1000, 1000
     members = {f"member-{i:04d}": frozenset({"topic"}) for i in range(n_members)}
@@ -483,7 +482,7 @@ def run_heartbeats(quick: bool) -> bool:
 
 def replay_figures(updates: int, keys: int, per_batch: int) -> bool:
     from shoal.broker.log import LogConfig, PartitionLog
-    from shoal.broker.share.state import ACKNOWLEDGED, ARCHIVED, AVAILABLE, UPDATE, ShareStateShard
+    from shoal.broker.share_coordinator.shard import ACKNOWLEDGED, ARCHIVED, AVAILABLE, UPDATE, ShareStateShard
     from shoal.protocol.coordinator_records import CoordinatorRecord, serde
     from shoal.protocol.records import build_batch
 

@@ -65,7 +65,7 @@ def in_flight_memory(n: int, per_log_batch: int, every_other_acked: bool, with_s
     import tracemalloc
 
     from shoal.broker.share.share_partition import SharePartition
-    from shoal.broker.share.state import ShareStateShard
+    from shoal.broker.share_coordinator.shard import ShareStateShard
     from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 
     ser = serde("share")

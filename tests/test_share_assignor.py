@@ -1,4 +1,4 @@
-"""Tests for the share-group SimpleAssignor (shoal/broker/share/assignor.py)."""
+"""Tests for the share-group SimpleAssignor (shoal/broker/groups/share/assignor.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shoal.broker.share.assignor import assign
+from shoal.broker.groups.share.assignor import assign
 
 
 def _homogeneous(n_members: int, topics: frozenset[str]) -> dict[str, frozenset[str]]:

@@ -22,8 +22,8 @@ import pytest
 from shoal.broker.broker import Broker
 from shoal.broker.config.settings import BrokerConfig
 from shoal.broker.log import LogConfig, OffsetOutOfRange, PartitionLog
-from shoal.broker.share.coordinator import TOPIC, ShareCoordinator, coordinator_key, kafka_uuid, state_partition
-from shoal.broker.share.state import ShareStateShard
+from shoal.broker.share_coordinator.service import TOPIC, ShareCoordinator, coordinator_key, kafka_uuid, state_partition
+from shoal.broker.share_coordinator.shard import ShareStateShard
 from shoal.protocol.api import api_by_name
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 from shoal.protocol.errors import ErrorCode

@@ -1,4 +1,4 @@
-"""The share-group membership state machine (shoal/broker/share/group.py), driven with a fake clock."""
+"""The share-group membership state machine (shoal/broker/groups/share/group.py), driven with a fake clock."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shoal.broker.share.group import HeartbeatResult, InitState, ShareGroup
+from shoal.broker.groups.share.group import HeartbeatResult, InitState, ShareGroup
 from shoal.protocol.errors import ErrorCode
 
 SESSION = 45_000

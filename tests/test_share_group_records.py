@@ -1,4 +1,4 @@
-"""Share groups written as records and replayed (shoal/broker/share/group_records.py).
+"""Share groups written as records and replayed (shoal/broker/groups/share/records.py).
 
 Every operation's diff is encoded with the real serde, decoded again and
 replayed into a fresh set of groups; the rebuilt group must equal the live one
@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shoal.broker.coordinator.shard import Record
-from shoal.broker.share.group import ShareGroup
-from shoal.broker.share.group_records import ShareGroupReplayer, diff_records, image, tombstones
+from shoal.broker.groups.share.group import ShareGroup
+from shoal.broker.groups.share.records import ShareGroupReplayer, diff_records, image, tombstones
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 
 SERDE = serde("group")

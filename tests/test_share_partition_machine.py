@@ -28,7 +28,7 @@ from shoal.broker.share.share_partition import (
     Change,
     SharePartition,
 )
-from shoal.broker.share.state import merge_batches
+from shoal.broker.share_coordinator.shard import merge_batches
 
 # check() asserts the invariants: let pytest rewrite its asserts (as it did when it lived in the test module).
 pytest.register_assert_rewrite("tests.share_partition_support")

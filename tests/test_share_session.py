@@ -1,4 +1,4 @@
-"""Tests for broker.share.share_session: Kafka's share session rules and a model-based state machine."""
+"""Tests for broker.share.session: Kafka's share session rules and a model-based state machine."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from shoal.broker.share.share_session import (
+
+from shoal.broker.share.session import (
     DEFAULT_MAX_SESSIONS,
     INT32_MAX,
     AcknowledgeContext,

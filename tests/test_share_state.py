@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from shoal.broker.coordinator.shard import Record
 from shoal.broker.log import LogConfig, PartitionLog
-from shoal.broker.share.state import (
+from shoal.broker.share_coordinator.shard import (
     ACKNOWLEDGED,
     ARCHIVED,
     AVAILABLE,

@@ -33,7 +33,7 @@ from shoal.broker.config.settings import BrokerConfig
 from shoal.broker.log import LogConfig, LogFailed, PartitionLog
 from shoal.broker.log.fileops import FileOps
 from shoal.broker.log.log_dir import LogDir
-from shoal.broker.share.coordinator import coordinator_key
+from shoal.broker.share_coordinator.service import coordinator_key
 from shoal.client.core.conn import BrokerConnection
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode

@@ -133,7 +133,7 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.groups.start()
         if self.config.share_groups_enabled:
-            from shoal.broker.share.coordinator import ShareCoordinator
+            from shoal.broker.share_coordinator.service import ShareCoordinator
 
             self.share_coordinator = ShareCoordinator(self)
             self.share_coordinator.start()

@@ -1,6 +1,6 @@
 """What a coordinator's shard and the runtime agree on, without the runtime: sans-IO.
 
-Shards (``groups.shard.GroupShard``, ``share.state.ShareStateShard``) return
+Shards (``groups.shard.GroupShard``, ``share_coordinator.shard.ShareStateShard``) return
 ``Record``s from their operations and take ``replay`` calls; which partition
 of the internal topic a key lives on is ``partition_for``, Kafka's rule. The
 asyncio runtime that appends and replays is ``runtime``; keeping these apart

@@ -28,7 +28,7 @@ from shoal.broker.coordinator.shard import Record
 from shoal.broker.coordinator.write_errors import append_error_code, append_error_to_response
 from shoal.broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams
 from shoal.broker.groups.shard import GroupMetadataKey, GroupSettings, GroupShard
-from shoal.broker.share.group_service import ShareGroupService
+from shoal.broker.groups.share.service import ShareGroupService
 from shoal.broker.timing.purgatory import DelayedOperation, Purgatory
 from shoal.broker.timing.wheel import TimerTask
 from shoal.protocol.coordinator_records import serde

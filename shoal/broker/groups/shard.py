@@ -20,8 +20,8 @@ from typing import Any
 
 from shoal.broker.coordinator.shard import Record
 from shoal.broker.groups.classic import ClassicGroup, GroupState, Member
-from shoal.broker.share.group import ShareGroup
-from shoal.broker.share.group_records import Image, ShareGroupReplayer, is_share_record
+from shoal.broker.groups.share.group import ShareGroup
+from shoal.broker.groups.share.records import Image, ShareGroupReplayer, is_share_record
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 from shoal.protocol.errors import ErrorCode
 

@@ -2,7 +2,7 @@
 
 A ShareFetch runs in four steps, as Kafka's does:
 
-1. the share session (shoal/broker/share/share_session.py) is opened (epoch 0),
+1. the share session (shoal/broker/share/session.py) is opened (epoch 0),
    advanced, or closed (epoch -1); its errors are top-level errors;
 2. piggy-backed acknowledgements are applied, each partition's batches
    written durably before the answer (their outcome goes in
@@ -29,7 +29,7 @@ from typing import Any
 
 from shoal.broker.handlers.limits import id_error
 from shoal.broker.partition.partition import fetch_key
-from shoal.broker.share.share_session import ContextKind, SessionError
+from shoal.broker.share.session import ContextKind, SessionError
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse

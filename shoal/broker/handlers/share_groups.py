@@ -1,7 +1,7 @@
 """Share-group APIs: ShareGroupHeartbeat, ShareGroupDescribe, and the share-offset
 admin APIs DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets.
 
-Thin on membership (the logic is in shoal/broker/share/group.py behind
+Thin on membership (the logic is in shoal/broker/groups/share/group.py behind
 ShareGroupService); the offset APIs combine the group's record of which
 partitions it initialized with the share coordinator's state of each:
 

@@ -1,6 +1,6 @@
-"""Share groups (KIP-932): share partitions on the leader (``share_partition`` and its in-flight
-map ``in_flight``, sans-IO; the shell ``partition_manager``), share sessions, share-group
-membership and assignment (``group``, ``assignor``; shell ``group_service``; records
-``group_records``), dead-lettering, and the share coordinator on ``__share_group_state``
-(``state``, the shard; ``coordinator``, its shell).
+"""Share partitions on the partition leader (KIP-932): the in-flight state of each
+(group, topic, partition) (``share_partition`` with its ordered map ``in_flight`` and the
+rule ``fetched``, sans-IO), its asyncio shell that reads the log and persists every change
+(``partition_manager``), share sessions (``session``) and dead-lettering (``dead_letter``).
+Membership is in ``groups.share``; durable state in ``share_coordinator``.
 """

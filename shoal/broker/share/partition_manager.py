@@ -60,9 +60,9 @@ from typing import Any
 
 from shoal.broker.partition.partition import fetch_key
 from shoal.broker.share.dead_letter import Archived, Reason, dead_letter_batch
+from shoal.broker.share.session import ShareSessionCache
 from shoal.broker.share.share_partition import SharePartition
-from shoal.broker.share.share_session import ShareSessionCache
-from shoal.broker.share.state import merge_batches
+from shoal.broker.share_coordinator.shard import merge_batches
 from shoal.broker.timing.wheel import TimerTask
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 from shoal.protocol.exceptions import ProtocolError

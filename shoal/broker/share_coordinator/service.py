@@ -53,7 +53,7 @@ from typing import Any
 from shoal.broker.coordinator.runtime import CoordinatorRuntime
 from shoal.broker.coordinator.shard import Record, partition_for
 from shoal.broker.log import LogError
-from shoal.broker.share.state import (
+from shoal.broker.share_coordinator.shard import (
     DEFAULT_STATE_EPOCH,
     UNINITIALIZED_START_OFFSET,
     ReadResult,

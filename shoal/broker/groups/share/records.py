@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from shoal.broker.coordinator.shard import Record
-from shoal.broker.share.group import InitState, ShareGroup, ShareMember
+from shoal.broker.groups.share.group import InitState, ShareGroup, ShareMember
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 
 __all__ = ["Image", "ShareGroupReplayer", "diff_records", "image", "is_share_record", "tombstones"]

@@ -34,8 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from shoal.broker.share.group import HeartbeatResult, InitState, ShareGroup
-from shoal.broker.share.group_records import diff_records, tombstones
+from shoal.broker.groups.share.group import HeartbeatResult, InitState, ShareGroup
+from shoal.broker.groups.share.records import diff_records, tombstones
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 

@@ -10,7 +10,7 @@ who should hold what, and every heartbeat moves the sender towards that:
   partition count, so partition growth and re-creation under a new id count);
 * ``assignment_epoch`` -- the group epoch the target assignment was computed
   for; when ``group_epoch`` is ahead, the next heartbeat recomputes the target
-  with :func:`broker.share.assignor.assign`, the previous target as input for
+  with :func:`broker.groups.share.assignor.assign`, the previous target as input for
   stickiness;
 * each member's ``member_epoch`` -- share members hold no exclusive offsets,
   so there is nothing to revoke first: a heartbeating member jumps straight to
@@ -48,7 +48,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.broker.share.assignor import assign
+from shoal.broker.groups.share.assignor import assign
 from shoal.protocol.errors import ErrorCode
 
 __all__ = ["HeartbeatResult", "ShareGroup", "ShareMember"]
