@@ -695,3 +695,13 @@ def test_group_resolve_and_describe() -> None:
         "latest",
         ConfigSource.DEFAULT,
     )
+
+
+def test_queued_max_request_bytes_must_hold_the_largest_request() -> None:
+    """Kafka's rule: -1 (no bound) or at least socket.request.max.bytes, so any one request fits."""
+    assert BrokerConfig.from_sources({}).get("queued.max.request.bytes") == -1
+    ok = BrokerConfig.from_sources({"socket.request.max.bytes": "1000", "queued.max.request.bytes": "1000"})
+    assert ok.get("queued.max.request.bytes") == 1000
+    for bad in ("999", "0", "-2"):
+        with raises("queued.max.request.bytes"):
+            BrokerConfig.from_sources({"socket.request.max.bytes": "1000", "queued.max.request.bytes": bad})

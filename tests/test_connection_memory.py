@@ -114,3 +114,46 @@ def test_an_announced_size_is_not_memory_until_its_bytes_arrive(broker_factory, 
     # what arrived (300 KiB each) is memory; what was only announced is not
     assert grown < sockets * 300 * 1024 + 100 * 1024 * 1024, f"{grown / 2**20:.0f} MiB for {sockets} announced frames"
     assert grown < announced * sockets / 4
+
+
+def _push(socks: list[socket.socket], head: bytes, total: int, seconds: float) -> None:
+    """Send ``head`` and then zeros until ``total`` bytes went out on every socket, or until the
+    broker stopped taking them (non-blocking: a socket it does not read fills and is left)."""
+    sent = dict.fromkeys(socks, 0)
+    chunk = bytes(256 * 1024)
+    for s in socks:
+        s.setblocking(False)
+        s.send(head)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(n < total for n in sent.values()):
+        for s in socks:
+            if sent[s] < total:
+                try:
+                    sent[s] += s.send(chunk[: total - sent[s]])
+                except BlockingIOError:
+                    pass
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("bound", [-1, 16 * 1024 * 1024], ids=["unbounded", "queued.max.request.bytes=16MiB"])
+def test_queued_max_request_bytes_bounds_the_frames_being_received(broker_factory, bound) -> None:
+    """20 sockets each send 6 MiB of an announced 8 MiB frame. Unbounded (Kafka's default), the
+    broker holds all of it; with queued.max.request.bytes it holds at most that much of frames
+    in progress: the other connections stop being read, their bytes wait in the kernel."""
+    b = broker_factory("socket.request.max.bytes=8388608", f"queued.max.request.bytes={bound}", process=True).start()
+    time.sleep(0.5)
+    before = rss(b.proc.pid)
+    socks = [socket.create_connection(("127.0.0.1", b.port), timeout=10) for _ in range(20)]
+    try:
+        _push(socks, struct.pack(">i", 8 * 1024 * 1024 - 16), 6 * 1024 * 1024, 4.0)
+        time.sleep(0.5)
+        grown = rss(b.proc.pid) - before
+        with RawClient(b.port) as c:  # still serving
+            assert c.call("ApiVersions", 3, client_software_name="t", client_software_version="1").error_code == 0
+    finally:
+        for s in socks:
+            s.close()
+    if bound < 0:
+        assert grown > 60 * 1024 * 1024, f"{grown / 2**20:.0f} MiB"  # the unbounded case holds what arrived
+    else:
+        assert grown < bound + 20 * 256 * 1024 + 16 * 1024 * 1024, f"{grown / 2**20:.0f} MiB"

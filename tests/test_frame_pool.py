@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shoal.broker.net.buffers import GRANULE, FramePool, in_use
+from shoal.broker.net.buffers import GRANULE, FramePool, RequestMemory, in_use
 from shoal.broker.net.connection import Connection
 from shoal.broker.net.contract import NO_RESPONSE
 from shoal.broker.timing.clock import ManualClock
@@ -101,6 +101,7 @@ def test_pool_is_bounded_and_keeps_the_newest() -> None:
 class _Transport:
     def __init__(self) -> None:
         self.aborted: str | None = None
+        self.paused = False
 
     def get_extra_info(self, _key: str) -> Any:
         return ("127.0.0.1", 1)
@@ -115,10 +116,10 @@ class _Transport:
         return False
 
     def pause_reading(self) -> None:
-        pass
+        self.paused = True
 
     def resume_reading(self) -> None:
-        pass
+        self.paused = False
 
     def abort(self) -> None:
         self.aborted = "abort"
@@ -149,6 +150,11 @@ class _Server:
         self.max_queued_requests = 1000
         self.connections: set = set()
         self.frame_pool = FramePool()
+        self.request_memory = RequestMemory()  # -1: unbounded, as Kafka's default
+
+    def memory_freed(self, waiters: list[Connection]) -> None:
+        for conn in waiters:
+            conn.retry_memory()
 
     def admit(self, ip: str) -> None:  # no connection limits here (tests/test_connection_limits.py)
         return None
@@ -285,3 +291,55 @@ def test_back_to_back_large_frames_are_received_in_place() -> None:
             pos += n
     assert [_records_value(b) for b in broker.bodies] == [bytes([i]) * 900_000 for i in range(5)]
     assert starts == [0, 4, 4, 4, 4]  # the first through staging (prefix copied), the rest where they landed
+
+
+def test_queued_max_request_bytes_holds_a_second_large_frame_until_the_first_is_handed_on() -> None:
+    """Two connections each start a ~900 KB frame under a 1 MiB bound: the second stops reading
+    (its first bytes wait in staging) until the first frame is handed on, then completes intact."""
+    broker = _Broker()
+    server = _Server(broker)
+    server.request_memory = RequestMemory(1 << 20)
+    a, b = Connection(server), Connection(server)  # type: ignore[arg-type]
+    ta, tb = _Transport(), _Transport()
+    a.connection_made(ta)
+    b.connection_made(tb)
+    fa, fb = _produce_frame(b"a" * 900_000, 1), _produce_frame(b"b" * 900_000, 2)
+
+    def feed(conn: Connection, data: bytes) -> None:
+        target = conn.get_buffer(-1)
+        assert len(target) >= len(data)
+        target[: len(data)] = data
+        conn.buffer_updated(len(data))
+        target.release()
+
+    feed(a, fa[:100_000])
+    assert server.request_memory.used >= 900_000 and not ta.paused
+    feed(b, fb[:100_000])
+    assert tb.paused and server.request_memory.waiting == 1  # no room: b waits, its bytes kept
+    for i in range(100_000, len(fa), 200_000):
+        feed(a, fa[i : i + 200_000])
+    assert [_records_value(x) for x in broker.bodies] == [b"a" * 900_000]
+    assert not tb.paused and server.request_memory.waiting == 0  # a's frame was handed on: b reads again
+    for i in range(100_000, len(fb), 200_000):
+        feed(b, fb[i : i + 200_000])
+    assert [_records_value(x) for x in broker.bodies] == [b"a" * 900_000, b"b" * 900_000]
+    assert server.request_memory.used == 0
+
+
+def test_a_connection_that_closes_while_waiting_for_request_memory_gives_everything_back() -> None:
+    broker = _Broker()
+    server = _Server(broker)
+    server.request_memory = RequestMemory(1 << 20)
+    a, b = Connection(server), Connection(server)  # type: ignore[arg-type]
+    a.connection_made(_Transport())
+    b.connection_made(_Transport())
+    for conn, tag in ((a, 1), (b, 2)):
+        target = conn.get_buffer(-1)
+        data = _produce_frame(bytes([tag]) * 900_000, tag)[:50_000]
+        target[: len(data)] = data
+        conn.buffer_updated(len(data))
+        target.release()
+    assert server.request_memory.waiting == 1
+    b.connection_lost(None)  # the waiter goes: nothing of it stays in the bound
+    a.connection_lost(None)  # the holder goes: its reservation is given back
+    assert server.request_memory.used == 0 and server.request_memory.waiting == 0

@@ -126,6 +126,14 @@ BROKER_CONFIGS: Final = ConfigDef.of(
         validator=AT_LEAST_1,
     ),
     _key(
+        "queued.max.request.bytes",
+        LONG,
+        -1,
+        "Bytes of large requests being received at once, over all connections, before Shoal stops "
+        "reading from those that need more; -1: no bound. At least socket.request.max.bytes.",
+        importance=MED,
+    ),
+    _key(
         "fetch.max.bytes",
         INT,
         57671680,

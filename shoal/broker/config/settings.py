@@ -357,6 +357,13 @@ class BrokerConfig:
             values[name] = BROKER_CONFIGS[name].parse(raw)
             sources[name] = source
         _check_bounds(BROKER_CONFIGS, values, values, BROKER_LESS_THAN)
+        queued = values["queued.max.request.bytes"]
+        if queued != -1 and queued < values["socket.request.max.bytes"]:
+            raise ConfigError(  # Kafka's rule: every request must fit an empty pool
+                "queued.max.request.bytes",
+                "must be -1 or at least socket.request.max.bytes",
+                render_value(queued),
+            )
         if "classic" not in values["group.coordinator.rebalance.protocols"]:
             raise ConfigError("group.coordinator.rebalance.protocols", "must include classic")
         protocols = _parse_protocol_map(values["listener.security.protocol.map"])

@@ -86,6 +86,9 @@ class Connection(asyncio.BufferedProtocol):
         self._big_filled = 0  # bytes of the buffer received so far
         self._expect = 0  # size of the last large frame: the next read goes into a pooled buffer
         self._spec: bytearray | None = None  # that buffer, handed to the transport
+        self._memory = server.request_memory  # queued.max.request.bytes, over all connections
+        self._reservations: dict[int, int] = {}  # id(frame buffer) -> bytes it holds of that bound
+        self._wait_memory = False  # a frame's buffer did not fit the bound: reading stops until it does
         self._slots: deque[_Slot] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._write_scheduled = False
@@ -132,8 +135,9 @@ class Connection(asyncio.BufferedProtocol):
         self.server.release(self._ip)
         for buf in (self._big, self._spec):
             if buf is not None:
-                self._pool.give(buf)
+                self._give(buf)
         self._big = self._spec = None
+        self._memory.forget(self)
         self.server.connections.discard(self)
         for t in list(self.tasks):
             t.cancel()
@@ -144,7 +148,10 @@ class Connection(asyncio.BufferedProtocol):
             return memoryview(self._big)[self._big_filled : self._big_end]
         if self._expect and not self._staged:
             if self._spec is None:
-                self._spec = self._pool.take(self._expect + 4)
+                self._spec = self._take(self._expect + 4)
+                if self._spec is None:  # no request memory to bet with: read into staging
+                    self._expect = 0
+                    return memoryview(self._staging)[self._staged :]
             return memoryview(self._spec)
         return memoryview(self._staging)[self._staged :]
 
@@ -193,7 +200,7 @@ class Connection(asyncio.BufferedProtocol):
             self._on_frame(memoryview(buf)[start:end])
         finally:
             # Views the request still holds keep it from reuse (FramePool).
-            self._pool.give(buf)
+            self._give(buf)
 
     def _received_speculatively(self, buf: bytearray, n: int) -> None:
         """``n`` bytes landed at the start of a pooled buffer (see ``get_buffer``)."""
@@ -223,7 +230,36 @@ class Connection(asyncio.BufferedProtocol):
         try:
             self._drain(buf, n)
         finally:
-            self._pool.give(buf)
+            self._give(buf)
+
+    def _take(self, size: int, *, force: bool = False) -> Any:
+        """A buffer for a frame of ``size`` bytes, counted against queued.max.request.bytes;
+        None when that bound has no room for it."""
+        if not self._memory.try_reserve(size, force=force):
+            return None
+        buf = self._pool.take(size)
+        self._reservations[id(buf)] = size
+        return buf
+
+    def _give(self, buf: Any) -> None:
+        """A frame buffer is done with: back to the pool, its bytes back to the bound."""
+        self._pool.give(buf)
+        n = self._reservations.pop(id(buf), 0)
+        if n:
+            waiters = self._memory.release(n)
+            if waiters:
+                self.server.memory_freed(waiters)
+
+    def retry_memory(self) -> None:
+        """Request memory was freed: try again to take the frame waiting in staging."""
+        if self._closed or not self._wait_memory:
+            return
+        self._wait_memory = False
+        try:
+            self._drain_staging()
+        except ProtocolError as e:
+            self._reject(f"bad frame: {e}")
+        self._update_reading()
 
     def _drain_staging(self) -> None:
         self._drain(self._staging, self._staged)
@@ -243,8 +279,14 @@ class Connection(asyncio.BufferedProtocol):
                 pos += 4 + size
                 continue
             if size + 4 > _STAGING:
-                # Too big for staging: receive the rest straight into a buffer of its own.
-                big = self._pool.take(size)
+                # Too big for staging: receive the rest straight into a buffer of its own, once
+                # queued.max.request.bytes has room (bytes that cannot go back to staging always do).
+                big = self._take(size, force=n - pos > _STAGING)
+                if big is None:
+                    self._wait_memory = True
+                    self._memory.wait(self)
+                    self._update_reading()
+                    break  # the frame's first bytes wait in staging
                 have = n - pos - 4
                 big[:have] = memoryview(buf)[pos + 4 : n]
                 self._big, self._big_start, self._big_end, self._big_filled = big, 0, size, have
@@ -347,7 +389,11 @@ class Connection(asyncio.BufferedProtocol):
         if transport is None or self._closed:
             return
         should_pause = (
-            self._write_paused or self._draining or self._doomed is not None or len(self._slots) >= self.max_queued
+            self._write_paused
+            or self._draining
+            or self._wait_memory
+            or self._doomed is not None
+            or len(self._slots) >= self.max_queued
         )
         if should_pause and not self._reading_paused:
             self._reading_paused = True

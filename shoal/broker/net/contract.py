@@ -66,9 +66,12 @@ class ConnectionOwner(Protocol):
     clock: Any
     connections: set[Any]
     frame_pool: Any
+    request_memory: Any
     max_frame_bytes: int
     max_queued_requests: int
 
     def admit(self, ip: str) -> Any: ...
 
     def release(self, ip: str) -> None: ...
+
+    def memory_freed(self, waiters: list[Any]) -> None: ...

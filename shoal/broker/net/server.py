@@ -13,7 +13,7 @@ import logging
 from collections import Counter
 
 from shoal.broker.config.keys import parse_ip_overrides
-from shoal.broker.net.buffers import FramePool
+from shoal.broker.net.buffers import FramePool, RequestMemory
 from shoal.broker.net.connection import Connection
 from shoal.broker.net.contract import Dispatcher
 
@@ -37,6 +37,7 @@ class Server:
         self.per_ip: Counter[str] = Counter()
         self.refused = 0  # connections closed at accept by a limit, ever
         self.frame_pool = FramePool()  # receive buffers of large frames, shared by connections
+        self.request_memory = RequestMemory(cfg.get("queued.max.request.bytes"))
         self._servers: list[asyncio.base_events.Server] = []
         self._reaper: asyncio.Task | None = None
         self.bound: list[tuple[str, int]] = []
@@ -50,6 +51,20 @@ class Server:
         log.info("listening on %s", ", ".join(f"{h}:{p}" for h, p in self.bound))
         if self._reaper is None:
             self._reaper = asyncio.create_task(self._reap_idle())
+
+    def memory_freed(self, waiters: list[Connection]) -> None:
+        """Connections that waited for request memory try again, oldest first, on the next turn."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # driven by hand (tests)
+            loop = None
+        for conn in waiters:
+            if conn.closed:
+                continue
+            if loop is None:
+                conn.retry_memory()
+            else:
+                loop.call_soon(conn.retry_memory)
 
     def admit(self, ip: str) -> str | None:
         """Count a new connection from `ip`; the limit it breaks (it is then not counted), or None."""
