@@ -415,7 +415,13 @@ def test_invalid_settings_exit_2_before_binding(broker_factory, tmp_path) -> Non
 
     from tests.brokers import ROOT, _env
 
-    for bad in ("no.such.setting=1", "num.partitions=zero", "listeners=PLAINTEXT://127.0.0.1:notaport"):
+    for bad in (
+        "no.such.setting=1",
+        "num.partitions=zero",
+        "listeners=PLAINTEXT://127.0.0.1:notaport",
+        "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",  # #28 item 3: a listener Shoal cannot serve
+        "queued.max.request.bytes=1024",  # below socket.request.max.bytes: a request might never fit
+    ):
         r = subprocess.run(
             [sys.executable, "-m", "shoal.broker", "--override", f"log.dirs={tmp_path}/d", "--override", bad],
             cwd=ROOT,
