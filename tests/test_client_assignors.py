@@ -29,7 +29,6 @@ from shoal.client.consumer.assignors.java_order import (
     JavaHashMap,
     JavaHashSet,
     java_sorted,
-    java_string_hash,
     topic_partition_hash,
 )
 from shoal.client.consumer.assignors.sticky import decode_user_data, encode_user_data, sticky_assign
@@ -42,6 +41,7 @@ from shoal.client.consumer.assignors.subscription import (
 )
 from shoal.client.core.cluster import TopicPartition
 from shoal.protocol.api import codec
+from shoal.protocol.java_hash import java_string_hash, java_string_hashcode
 
 
 def tps(*items: str) -> list[TopicPartition]:
@@ -78,6 +78,7 @@ def test_string_hash_code_and_compare_to_as_java() -> None:
         "BB": 2112,
     }
     assert {s: signed(java_string_hash(s)) for s in cases} == cases
+    assert {s: java_string_hashcode(s) for s in cases} == cases  # the signed form the broker places groups by
     # Collections.sort orders by UTF-16 code units: U+1F600 (D83D DE00) before U+FFFF
     assert java_sorted(["b", "B", "a", "\u00e9", "\U0001f600", "\uffff", "ab"]) == [
         "B", "a", "ab", "b", "\u00e9", "\U0001f600", "\uffff"]  # fmt: skip

@@ -59,9 +59,11 @@ from shoal.broker.partition.topics import Topic, TopicManager
 from shoal.broker.timing.clock import SystemClock
 from shoal.broker.timing.purgatory import Purgatory
 from shoal.broker.timing.timer import AsyncTimer
+from shoal.protocol.api import api_by_name
 from shoal.protocol.error_responses import error_response
 from shoal.protocol.errors import ErrorCode
 
+_API_VERSIONS = api_by_name("ApiVersions").key
 log = logging.getLogger("shoal.broker")
 
 CLEAN_SHUTDOWN = ".shoal-clean-shutdown"
@@ -320,7 +322,7 @@ class Broker:
     def dispatch(self, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         h = self.handlers.get(ctx.api_key)
         if h is None or not h.min_version <= ctx.api_version <= h.max_version:
-            if ctx.api_key == 18:
+            if ctx.api_key == _API_VERSIONS:
                 conn.complete(slot, self.api_versions_error_body())
                 return
             conn.abort(f"API {ctx.api_key} v{ctx.api_version} is not served")

@@ -145,7 +145,7 @@ class Api:
     def response_header_version(self, version: int) -> int:
         # ApiVersions answers always use header v0 so that a client that sent
         # a version the broker does not know can still read the answer.
-        if self.key == 18:
+        if self.name == "ApiVersions":
             return 0
         return 1 if self.response.flexible(version) else 0
 

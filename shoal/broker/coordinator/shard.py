@@ -13,17 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shoal.protocol.coordinator_records import CoordinatorRecord
+from shoal.protocol.java_hash import java_string_hashcode
 
-__all__ = ["Record", "Shard", "java_string_hashcode", "partition_for"]
-
-
-def java_string_hashcode(s: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units), as a signed int32."""
-    data = s.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
+__all__ = ["Record", "Shard", "partition_for"]
 
 
 def partition_for(key: str, partitions: int) -> int:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal.broker.partition.fetch_session import PartitionRequest, PartitionResult
-from shoal.broker.partition.partition import fetch_key
+from shoal.broker.partition.partition import LEADER_EPOCH, fetch_key
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
@@ -31,7 +31,6 @@ from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 _F = api_by_name("Fetch")
 ZERO_UUID = uuid.UUID(int=0)
 READ_COMMITTED = 1
-OUR_LEADER_EPOCH = 0
 
 
 @dataclass(slots=True)
@@ -109,7 +108,7 @@ class FetchOperation:
                 ErrorCode.UNKNOWN_TOPIC_ID if self.uses_ids and topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             )
             return _Read(code)
-        if preq.current_leader_epoch > OUR_LEADER_EPOCH:
+        if preq.current_leader_epoch > LEADER_EPOCH:
             return _Read(ErrorCode.UNKNOWN_LEADER_EPOCH)
         limit = min(preq.max_bytes, remaining)
         try:
@@ -172,7 +171,7 @@ class FetchOperation:
                 records=r.records,
             )
             if r.error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH) and self.version >= 12:
-                pd.current_leader = cls.LeaderIdAndEpoch(leader_id=self.broker.node_id, leader_epoch=OUR_LEADER_EPOCH)
+                pd.current_leader = cls.LeaderIdAndEpoch(leader_id=self.broker.node_id, leader_epoch=LEADER_EPOCH)
             tr.partitions.append(pd)
         return cls(throttle_time_ms=0, error_code=plan.error_code, session_id=plan.session_id, responses=out)
 

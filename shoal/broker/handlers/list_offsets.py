@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shoal.broker.partition.partition import LEADER_EPOCH
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
@@ -19,7 +20,6 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 EARLIEST_PENDING_UPLOAD = -6
-OUR_LEADER_EPOCH = 0
 
 
 def handle_list_offsets(broker: Any, ctx: Any, req: Any) -> Any:
@@ -42,7 +42,7 @@ def handle_list_offsets(broker: Any, ctx: Any, req: Any) -> Any:
             if partition.offline:
                 pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 continue
-            if p.current_leader_epoch > OUR_LEADER_EPOCH:
+            if p.current_leader_epoch > LEADER_EPOCH:
                 pr.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                 continue
             try:
@@ -53,7 +53,7 @@ def handle_list_offsets(broker: Any, ctx: Any, req: Any) -> Any:
 
 
 def _lookup(partition: Any, ts: int, read_committed: bool, pr: Any) -> None:
-    pr.leader_epoch = OUR_LEADER_EPOCH
+    pr.leader_epoch = LEADER_EPOCH
     if ts == LATEST:
         pr.offset = partition.last_stable_offset if read_committed else partition.high_watermark
     elif ts in (EARLIEST, EARLIEST_LOCAL):

@@ -23,13 +23,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from shoal.broker.partition.partition import LEADER_EPOCH
 from shoal.broker.partition.topics import INTERNAL_TOPICS, validate_topic_name
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
 _MD = api_by_name("Metadata")
 _DC = api_by_name("DescribeCluster")
-LEADER_EPOCH = 0
 NO_LEADER = -1
 ZERO_UUID = uuid.UUID(int=0)
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from shoal.broker.net.buffers import FramePool
 from shoal.broker.net.contract import NO_RESPONSE, ConnectionOwner, RequestContext
+from shoal.protocol.api import api_by_name
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.frames import UnsupportedRequest, decode_request, encode_response
 
@@ -43,6 +44,7 @@ log = logging.getLogger("shoal.connection")
 # Every request in and answer out, at DEBUG (log.level=DEBUG), as Kafka's kafka.request.logger:
 # how to tell, from the broker's side, which request a client still waits for.
 trace = logging.getLogger("shoal.request")
+_API_VERSIONS = api_by_name("ApiVersions").key
 
 _SIZE = struct.Struct(">i")
 _STAGING = 256 * 1024
@@ -326,10 +328,10 @@ class Connection(asyncio.BufferedProtocol):
         self.broker.dispatch(ctx, request.body, slot, self)
 
     def _unsupported(self, e: UnsupportedRequest) -> None:
-        if e.api_key == 18:
+        if e.api_key == _API_VERSIONS:
             # Kafka answers an unknown ApiVersions version with a v0 body
             # carrying UNSUPPORTED_VERSION and its table; the client retries.
-            slot = _Slot(18, 0, e.correlation_id)
+            slot = _Slot(_API_VERSIONS, 0, e.correlation_id)
             self._slots.append(slot)
             self.complete(slot, self.broker.api_versions_error_body())
             return

@@ -61,7 +61,7 @@ class Topic(Protocol):
     configs: Mapping[str, Any]
 
 
-LEADER_EPOCH = 0
+LEADER_EPOCH = 0  # a single node never changes leader: the one leader epoch of every partition
 SNAPSHOT_FILE = "producer-state.snapshot"
 # Reads at least this large are served from a read-only memory map of the
 # segment: the response then points at the page cache and the transport

@@ -58,7 +58,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.broker.partition.partition import fetch_key
+from shoal.broker.partition.partition import LEADER_EPOCH, fetch_key
 from shoal.broker.share.dead_letter import Archived, Reason, dead_letter_batch
 from shoal.broker.share.session import ShareSessionCache
 from shoal.broker.share.share_partition import SharePartition
@@ -71,7 +71,6 @@ from shoal.protocol.records import iter_batches
 
 log = logging.getLogger("shoal.share.partitions")
 
-LEADER_EPOCH = 0  # Shoal's constant leader epoch (single node)
 READ_CHUNK = 1 << 20  # the first log read of a share partition (its bytes per record unknown)
 READ_MIN = 16 << 10  # smallest later read: what MaxRecords can use, never less than this
 WRITE_COALESCE_BATCHES = 1000  # queued changes share one write while their ranges stay under this

@@ -48,7 +48,7 @@ SOFTWARE_VERSION = "0.1.0"
 _SIZE = struct.Struct(">i")
 _STAGING = 64 * 1024
 _MAX_RESPONSE = 1 << 30  # a response larger than 1 GiB is a broken stream
-_API_VERSIONS = 18
+_API_VERSIONS = api_by_name("ApiVersions").key
 
 Body = Any
 BodyBuilder = Callable[[int], Any]

@@ -24,12 +24,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
 
+from shoal.protocol.java_hash import java_string_hash
+
 __all__ = [
     "JavaHashMap",
     "JavaHashSet",
     "java_hash",
     "java_sorted",
-    "java_string_hash",
     "java_string_key",
     "topic_partition_hash",
 ]
@@ -49,15 +50,6 @@ def java_string_key(s: str) -> bytes:
 
 def java_sorted(items: Iterable[str]) -> list[str]:
     return sorted(items, key=java_string_key)
-
-
-def java_string_hash(s: str) -> int:
-    """``String.hashCode()`` as an unsigned 32-bit value."""
-    data = java_string_key(s)
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & _MASK
-    return h
 
 
 def topic_partition_hash(topic: str, partition: int) -> int:
