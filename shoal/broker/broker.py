@@ -64,6 +64,7 @@ from shoal.protocol.error_responses import error_response
 from shoal.protocol.errors import ErrorCode
 
 _API_VERSIONS = api_by_name("ApiVersions").key
+_PRODUCE = api_by_name("Produce").key
 log = logging.getLogger("shoal.broker")
 
 CLEAN_SHUTDOWN = ".shoal-clean-shutdown"
@@ -353,7 +354,7 @@ class Broker:
 
     def _inject(self, fault: Fault, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         """Carry out an armed fault (broker.faults) in place of the request's normal handling."""
-        if fault.kind == "fail" and ctx.api_key == 0 and getattr(body, "acks", -1) == 0:
+        if fault.kind == "fail" and ctx.api_key == _PRODUCE and getattr(body, "acks", -1) == 0:
             conn.abort(f"fault injection: acks=0 {h.name} failed")  # no answer to give: Kafka closes
         elif fault.kind == "fail":
             conn.complete(slot, error_response(ctx.api_key, ctx.api_version, body, fault.error_code, fault.message))
