@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from shoal.protocol import spec as S
 from shoal.protocol.exceptions import ProtocolError
@@ -584,7 +584,7 @@ class Compiler:
         ns.update(self.src.consts)
         code = "\n".join(self.src.lines)
         exec(compile(code, f"<shoal-codec {self.message.name}>", "exec"), ns)  # noqa: S102
-        return ns[d], ns[e]  # type: ignore[return-value]
+        return cast(Callable, ns[d]), cast(Callable, ns[e])  # defined by the exec above
 
 
 def compile_message(message: S.MessageSpec, version: int, strict: bool = True) -> tuple[Callable, Callable]:

@@ -30,6 +30,7 @@ Design notes:
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from enum import IntEnum
 
 import cramjam
@@ -125,7 +126,9 @@ def _guess(view: memoryview) -> int:
     return max(_MIN_GUESS, 4 * len(view))
 
 
-def _bounded(fn: object, view: memoryview, guess: int, max_size: int, name: str) -> memoryview:
+def _bounded(
+    fn: Callable[[memoryview, bytearray], int], view: memoryview, guess: int, max_size: int, name: str
+) -> memoryview:
     """Decompress with ``fn(src, dst) -> n`` into buffers growing to max_size.
 
     A buffer exactly filled is ambiguous (maybe more output is pending), so a
@@ -137,7 +140,7 @@ def _bounded(fn: object, view: memoryview, guess: int, max_size: int, name: str)
     while True:
         out = bytearray(size)
         try:
-            n = fn(view, out)  # type: ignore[operator]
+            n = fn(view, out)
         except _CODEC_ERRORS as exc:
             full = "whole buffer" in str(exc) or "fill whole" in str(exc)
             if full and size < limit:

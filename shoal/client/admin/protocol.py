@@ -393,7 +393,7 @@ def build_describe_configs(
                 cls.DescribeConfigsResource(
                     resource_type=int(r.type),
                     resource_name=r.name,
-                    configuration_keys=None if keys.get(r) is None else list(keys[r]),  # type: ignore[arg-type]
+                    configuration_keys=None if (k := keys.get(r)) is None else list(k),
                 )
                 for r in items
             ]

@@ -328,6 +328,7 @@ class AckTracker:
     def acknowledge(self, record: ConsumerRecord, kind: Any = AcknowledgeType.ACCEPT) -> None:
         """Record the application's acknowledgement of one delivered record."""
         t = _check_type(kind)
+        # a plain (topic, partition) tuple hashes and compares as its TopicPartition; no NamedTuple per record
         p = self._parts.get((record.topic, record.partition))  # type: ignore[call-overload]
         held = p.delivered.get(record.offset) if p is not None else None
         if held is None or held is not record:

@@ -329,7 +329,9 @@ class ShareGroup:
         for tid in set(self.initialized) | set(self.initializing):
             done = self.initialized.get(tid)
             pending = self.initializing.get(tid)
-            name = (done or pending).name  # type: ignore[union-attr]
+            state = done or pending
+            assert state is not None  # tid is a key of initialized or initializing
+            name = state.name
             if name in subscribed and tid in live_ids and topics[name][0] == tid:
                 continue
             parts = (done.partitions if done else frozenset()) | (pending.partitions if pending else frozenset())
@@ -350,11 +352,12 @@ class ShareGroup:
         """DeleteShareGroupOffsets: the topic's state is deleted; it is neither initialized nor initializing."""
         done = self.initialized.pop(topic_id, None)
         pending = self.initializing.pop(topic_id, None)
-        if done is None and pending is None:
+        state = done or pending
+        if state is None:
             return None
         self.state_dirty = True
         parts = (done.partitions if done else frozenset()) | (pending.partitions if pending else frozenset())
-        return InitState((done or pending).name, parts)  # type: ignore[union-attr]
+        return InitState(state.name, parts)
 
     # -- timers / admin --------------------------------------------------------
     def expire(self, now_ms: int) -> list[str]:
