@@ -52,7 +52,7 @@ from share_fetch import create_topic, group_config, rss_anon  # noqa: E402
 from shoal.protocol.api import api_by_name  # noqa: E402
 from shoal.protocol.frames import encode_request  # noqa: E402
 from shoal.protocol.records import build_batch  # noqa: E402
-from tests.brokers import BrokerProcess, RawClient  # noqa: E402
+from tests.support.brokers import BrokerProcess, RawClient  # noqa: E402
 
 TOPIC, GROUP, PARTITIONS = "chaos", "chaos-share", 3
 OVERRIDES = [

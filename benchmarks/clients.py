@@ -46,7 +46,7 @@ from producer_perf import ProduceRun, produce_aiokafka, produce_ours  # noqa: E4
 from share_fetch import OVERRIDES, create_topic  # noqa: E402
 from share_fetch import produce as produce_one_partition  # noqa: E402
 
-from tests.brokers import BrokerProcess  # noqa: E402
+from tests.support.brokers import BrokerProcess  # noqa: E402
 
 PARTITIONS = 4
 SIZE = 1024

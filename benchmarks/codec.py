@@ -24,9 +24,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
-from shoal.protocol.api import api_by_name
 
-from tests.kio_bridge import to_kio
+from shoal.protocol.api import api_by_name
+from tests.support.kio_bridge import to_kio
 
 
 def timeit(fn: Callable[[], object], budget: float = 0.4) -> float:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from shoal.protocol.api import api_by_name  # noqa: E402
 from shoal.protocol.frames import encode_request  # noqa: E402
-from tests.brokers import BrokerProcess  # noqa: E402
+from tests.support.brokers import BrokerProcess  # noqa: E402
 
 _REFERENCE = textwrap.dedent(
     """

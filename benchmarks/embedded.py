@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.brokers import RawClient  # noqa: E402
+from tests.support.brokers import RawClient  # noqa: E402
 
 
 def api_versions(port: int, timeout: float = 10.0) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import crc32c
+
 from shoal.broker.log import RECOVERY_POINT_FILE, LogConfig, PartitionLog
 from shoal.protocol.records import build_batch
 

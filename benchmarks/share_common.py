@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from shoal.protocol.api import api_by_name  # noqa: E402
-from tests.brokers import RawClient  # noqa: E402
+from tests.support.brokers import RawClient  # noqa: E402
 
 MIB = 1 << 20
 RECORD = 1024

@@ -46,7 +46,7 @@ from share_fetch import (  # noqa: E402
 )
 
 from shoal.client.share.consumer import AsyncShareConsumer  # noqa: E402
-from tests.brokers import BrokerProcess  # noqa: E402
+from tests.support.brokers import BrokerProcess  # noqa: E402
 
 
 def ours_run(bootstrap: str, port: int, topic: str, group: str, n_consumers: int, hwm: int, **config: Any) -> dict:

@@ -96,7 +96,7 @@ from share_references import (  # noqa: E402
     share_latency,
 )
 
-from tests.brokers import BrokerProcess  # noqa: E402
+from tests.support.brokers import BrokerProcess  # noqa: E402
 
 # -- main -------------------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from shoal.protocol.api import api_by_name  # noqa: E402
 from shoal.protocol.frames import decode_response, encode_request  # noqa: E402
-from tests.brokers import BrokerProcess  # noqa: E402
+from tests.support.brokers import BrokerProcess  # noqa: E402
 
 ROWS: list[tuple[str, str, str]] = []  # (figure, ours, reference) for the closing table
 

@@ -45,7 +45,7 @@ from share_common import (  # noqa: E402
 
 from shoal.protocol.frames import decode_response, encode_request  # noqa: E402
 from shoal.protocol.records import iter_batches  # noqa: E402
-from tests.brokers import BrokerProcess  # noqa: E402
+from tests.support.brokers import BrokerProcess  # noqa: E402
 
 _I32 = struct.Struct(">i")
 

@@ -40,7 +40,7 @@ from share_common import (  # noqa: E402
 )
 from share_members import Conn, Group, Member, Tally  # noqa: E402
 
-from tests.brokers import BrokerProcess  # noqa: E402
+from tests.support.brokers import BrokerProcess  # noqa: E402
 
 # -- broker memory --------------------------------------------------------------------------
 

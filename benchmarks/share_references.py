@@ -34,7 +34,7 @@ from share_common import (  # noqa: E402
 from share_members import Conn, Group, Tally, member_loop  # noqa: E402
 
 from shoal.protocol.records import iter_batches  # noqa: E402
-from tests.brokers import BrokerProcess  # noqa: E402
+from tests.support.brokers import BrokerProcess  # noqa: E402
 
 # -- references: classic Fetch ------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import share_fetch  # noqa: E402
 from share_fetch import QUIET, create_topic, group_config  # noqa: E402
 
-from tests.brokers import BrokerProcess, RawClient  # noqa: E402
+from tests.support.brokers import BrokerProcess, RawClient  # noqa: E402
 
 MAX_POLL = 5
 # Kafka's heartbeat interval (5 s), not the 200 ms of the other share benchmarks: 128 members at

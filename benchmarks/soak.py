@@ -39,7 +39,7 @@ from share_fetch import cpu_seconds, create_topic, group_config, rss_anon  # noq
 
 from shoal.protocol.api import api_by_name  # noqa: E402
 from shoal.protocol.frames import encode_request  # noqa: E402
-from tests.brokers import BrokerProcess  # noqa: E402
+from tests.support.brokers import BrokerProcess  # noqa: E402
 
 TOPIC, GROUP = "soak", "soak-share"
 OVERRIDES = ["offsets.topic.num.partitions=3", "share.coordinator.state.topic.num.partitions=3"]

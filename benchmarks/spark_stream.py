@@ -62,7 +62,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.brokers import BrokerProcess  # noqa: E402
+from tests.support.brokers import BrokerProcess  # noqa: E402
 
 LOCKS = 10_000  # share.partition.max.record.locks: the most records in flight per share partition
 OVERRIDES = (

@@ -1,4 +1,14 @@
-"""Shared fixtures: one broker for the interoperability tests (each test uses
+"""Shared fixtures, and each test's kind marked by its folder.
+
+The folders are the kinds (see README, "Developing Shoal"):
+``tests/unit`` socket-free cores and codec (its conftest refuses network
+sockets and subprocesses), ``tests/wire`` a real broker on 127.0.0.1 driven by
+raw requests, ``tests/e2e`` real clients, broker processes, Spark, Docker and
+packaging, ``tests/checks`` import contracts, types and module sizes. Each
+test gets the marker of its folder, so ``-m unit`` and ``tests/unit`` select
+the same tests; helpers shared between files live in ``tests/support``.
+
+One broker for the interoperability tests for the interoperability tests (each test uses
 its own topics), and a factory for tests that need brokers of their own
 (crashes, restarts, special settings).
 
@@ -12,12 +22,23 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.brokers import BrokerProcess, InProcessBroker
+from tests.support.brokers import BrokerProcess, InProcessBroker
 
 _names = itertools.count()
+KINDS = ("unit", "wire", "e2e", "checks")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent
+    for item in items:
+        kind = Path(item.path).relative_to(root).parts[0]
+        if kind not in KINDS:
+            raise pytest.UsageError(f"{item.nodeid}: a test file belongs in one of tests/{{{','.join(KINDS)}}}/")
+        item.add_marker(getattr(pytest.mark, kind))
 
 
 @pytest.fixture(scope="session")

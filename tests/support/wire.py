@@ -1,0 +1,46 @@
+"""Helpers shared by several test files (wire)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shoal.protocol.api import api_by_name
+from tests.support.brokers import RawClient, fetch_request
+
+
+def create(c: RawClient, name: str, partitions: int = 1, **configs: str):
+    CT = api_by_name("CreateTopics").request_class()
+    resp = c.call(
+        "CreateTopics",
+        7,
+        topics=[
+            CT.CreatableTopic(
+                name=name,
+                num_partitions=partitions,
+                replication_factor=1,
+                configs=[CT.CreatableTopicConfig(name=k.replace("_", "."), value=v) for k, v in configs.items()],
+            )
+        ],
+        timeout_ms=5000,
+    )
+    return resp.topics[0]
+
+
+def fetch_body(topic: str) -> Any:
+    return fetch_request(topic, max_wait_ms=500, max_bytes=1 << 20)
+
+
+def hb(c: RawClient, gid: str, member: str, epoch: int, subs: list[str] | None = None, rack: str | None = None):
+    return c.call(
+        "ShareGroupHeartbeat",
+        1,
+        group_id=gid,
+        member_id=member,
+        member_epoch=epoch,
+        rack_id=rack,
+        subscribed_topic_names=subs,
+    )
+
+
+def describe(c: RawClient, gid: str):
+    return c.call("ShareGroupDescribe", 1, group_ids=[gid], include_authorized_operations=False).groups[0]
