@@ -2,18 +2,26 @@
 
 Every coordinator (group coordinator on __consumer_offsets, share coordinator
 on __share_group_state) keeps its state in shards, one per partition of its
-internal topic. A write goes:
+internal topic. Every write goes through one path, `submit` (or `write`, its
+awaiting form):
 
-    operation on the shard -> records
+    operation(shard) -> (records, result)
     append the records to the shard's partition (one batch)
     replay the same records into the shard
-    answer once the append is durable (group-committed fsync)
+    answer `result` once the append is durable (group-committed fsync)
 
-For committed offsets and share-partition state the records are the whole
-change: the operation only validates, and memory changes by replay. Group
-membership is different, as in Kafka: a classic or share group is a live
-object whose transitions happen in memory (pending joins, timers), and the
-records it writes describe the result; they are replayed only at load.
+The records an operation returns are the whole durable change: a restart
+replays them and nothing else. For committed offsets and share-partition
+state the operation only validates, and memory changes by replay alone.
+Group membership also keeps live objects, as Kafka's group metadata manager
+does: pending joins, tokens of waiting requests and session deadlines live
+only there, and a membership operation changes them before it returns its
+records. Replaying those records live does not touch the live group objects:
+it updates the shard's image of what the log holds for each group (the
+record values), which is what a restart rebuilds the groups from. The
+operations keep the two equal: a classic group at rest (Stable or Empty)
+and every share group match the image their records left (the replay-
+equivalence tests check this against fresh replays and real restarts).
 
 Either way the log is the truth. At start-up each partition is read from its
 log start and replayed, and until then the shard answers
@@ -49,6 +57,9 @@ if TYPE_CHECKING:
     from shoal.broker.partition.partition import Partition
 
 log = logging.getLogger("shoal.coordinator")
+
+# An operation: from the shard, the records to write (one batch) and the answer.
+Operation = Callable[[Any], tuple[Sequence[Record], Any]]
 
 
 class CoordinatorRuntime:
@@ -191,19 +202,35 @@ class CoordinatorRuntime:
         return self.shard(self.partition_of(key))
 
     # -- writes ----------------------------------------------------------------
-    def append(self, p: int, records: Sequence[Record]) -> asyncio.Future:
-        """Append + replay now; the returned future resolves when the write is durable.
+    def submit(self, p: int, op: Operation) -> tuple[Any, asyncio.Future | None]:
+        """Run `op` on partition p's shard and persist its records: (result, durable future).
 
-        A write the log refuses (records that cannot be encoded, a batch too
-        large, a disk error) raises KafkaErrorResponse with the error a client
-        of the coordinator gets, and reverts the shard to its log (`_revert`),
-        so no change the caller made in memory outlives the failed write. The
-        future fails the same way when the fsync fails; the log directory is
-        then offline and the partition answers NOT_COORDINATOR until a restart,
-        which replays the batch only if it reached the disk whole (a torn
-        batch fails its CRC and is cut): never half an operation.
+        The records (if any) are appended as one batch and replayed into the
+        shard before this returns; the future (None when there were no
+        records) resolves once they are durable. A write the log refuses
+        (records that cannot be encoded, a batch too large, a disk error)
+        raises KafkaErrorResponse with the error a client of the coordinator
+        gets, and reverts the shard to its log (`_revert`), so no change the
+        operation made in memory outlives the failed write. The future fails
+        the same way when the fsync fails; the log directory is then offline
+        and the partition answers NOT_COORDINATOR until a restart, which
+        replays the batch only if it reached the disk whole (a torn batch
+        fails its CRC and is cut): never half an operation.
         """
         shard = self.shard(p)
+        records, result = op(shard)
+        if not records:
+            return result, None
+        return result, self._append(p, shard, records)
+
+    async def write(self, p: int, op: Operation) -> Any:
+        """`submit`, answering `op`'s result once its records are durable."""
+        result, durable = self.submit(p, op)
+        if durable is not None:
+            await durable
+        return result
+
+    def _append(self, p: int, shard: Shard, records: Sequence[Record]) -> asyncio.Future:
         partition = self.partition(p)
         now = self.broker.clock.now_ms()
         serde = self.serde
@@ -241,14 +268,6 @@ class CoordinatorRuntime:
         if log_.recovery_point >= end:
             return None
         return self.broker.flusher.flush(log_, end)
-
-    async def write(self, p: int, op: Callable[[Any], tuple[Sequence[Record], Any]]) -> Any:
-        """Run `op` on the shard; persist its records; return its response once durable."""
-        shard = self.shard(p)
-        records, response = op(shard)
-        if records:
-            await self.append(p, records)
-        return response
 
 
 def _normalized(durable: asyncio.Future) -> asyncio.Future:

@@ -1,12 +1,14 @@
 """The group coordinator's asyncio shell around the sans-IO shards and groups.
 
 It turns requests into calls on `ClassicGroup` / `GroupShard`, answers them
-through futures (the tokens the groups hand back in their outbox), persists
-what the groups mark dirty through the coordinator runtime before releasing
-answers that depend on it, writes a leader's assignment and reports the
-write's outcome back to the group (which holds every SyncGroup until then),
-and drives the groups' deadlines with delayed operations in the purgatory,
-as Kafka does:
+through futures (the tokens the groups hand back in their outbox), and makes
+every write an operation of the shard run by the coordinator runtime
+(`runtime.submit` / `runtime.write`: records appended as one batch, replayed
+into the shard, answered once durable): a group's GroupMetadata image when
+the group marked a durable change, a leader's assignment (whose outcome goes
+back to the group, which holds every SyncGroup until then), offset commits
+and deletions, group deletion and expiry. It drives the groups' deadlines
+with delayed operations in the purgatory, as Kafka does:
 
 * DelayedJoin (watched under ("join", group)) completes when every member
   rejoined — checked whenever a join or leave arrives — or when the
@@ -24,10 +26,9 @@ import logging
 from typing import Any
 
 from shoal.broker.coordinator.runtime import CoordinatorRuntime
-from shoal.broker.coordinator.shard import Record
 from shoal.broker.coordinator.write_errors import append_error_code, append_error_to_response
 from shoal.broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams
-from shoal.broker.groups.shard import GroupMetadataKey, GroupSettings, GroupShard
+from shoal.broker.groups.shard import GroupSettings, GroupShard
 from shoal.broker.groups.share.service import ShareGroupService
 from shoal.broker.timing.purgatory import DelayedOperation, Purgatory
 from shoal.broker.timing.wheel import TimerTask
@@ -181,7 +182,6 @@ class GroupCoordinator:
     # -- the common tail of every group operation -------------------------------------
     def after(self, p: int, group: ClassicGroup) -> None:
         """Deliver answers, persist if needed, (re)arm deadlines, try to complete a join."""
-        shard = self.runtime.shards[p]
         seen = (group.state, group.generation_id)
         if self._last_seen.get(group.group_id) != seen:
             self._last_seen[group.group_id] = seen
@@ -194,16 +194,17 @@ class GroupCoordinator:
             )
         outbox = group.take_outbox()
         for write in group.take_assignment_writes():
-            self._store_assignment(p, shard, group, write)
-        if group.dirty:
-            group.dirty = False
+            self._store_assignment(p, group, write)
+        fut = None
+        if group.dirty:  # (checked here too: a heartbeat, the common case, writes nothing)
             try:
-                fut = self.runtime.append(p, [shard.group_record(group)])
+                _, fut = self.runtime.submit(p, lambda shard: shard.store_group(group))
             except KafkaErrorResponse as e:
                 # Nothing was written and the shard is being replayed from its log: this group
                 # object is gone, and the requests it answered get the write's error instead.
                 self._deliver_failed(outbox, e.code)
                 return
+        if fut is not None:
             fut.add_done_callback(lambda f, out=outbox, g=group: self._deliver_after_write(f, out, g))
         else:
             self._deliver(outbox)
@@ -213,13 +214,14 @@ class GroupCoordinator:
         if group.state == GroupState.DEAD or (group.state == GroupState.EMPTY and not group.members):
             self._forget_group_timers(group.group_id)
 
-    def _store_assignment(self, p: int, shard: GroupShard, group: ClassicGroup, write: AssignmentWrite) -> None:
+    def _store_assignment(self, p: int, group: ClassicGroup, write: AssignmentWrite) -> None:
         """Persist a leader's assignment; the group learns the outcome once the write settled."""
         try:
-            fut = self.runtime.append(p, [shard.group_record(group, write.assignments)])
+            _, fut = self.runtime.submit(p, lambda shard: shard.store_assignment(group, write))
         except KafkaErrorResponse:
             return  # the shard was dropped and is replayed from its log; its syncs were answered
-        fut.add_done_callback(lambda f: self._assignment_stored(p, group, write, f))
+        if fut is not None:  # (None: the group belongs to a shard since reloaded)
+            fut.add_done_callback(lambda f: self._assignment_stored(p, group, write, f))
 
     def _assignment_stored(self, p: int, group: ClassicGroup, write: AssignmentWrite, fut: asyncio.Future) -> None:
         exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
@@ -403,7 +405,7 @@ class GroupCoordinator:
         if group is not None:
             self.after(p, group)
         now = self.broker.clock.now_ms()
-        records: list[Record] = []
+        accepted: list[tuple[str, int, int, int, str | None]] = []
         errors = []
         topics = self.broker.topics
         for topic, partition, offset, epoch, metadata in offsets:
@@ -414,9 +416,8 @@ class GroupCoordinator:
                 errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             errors.append(ErrorCode.NONE)
-            records.append(shard.commit_record(gid, topic, partition, offset, epoch, metadata, now))
-        if records:
-            await self.runtime.append(p, records)
+            accepted.append((topic, partition, offset, epoch, metadata))
+        await self.runtime.write(p, lambda shard: shard.commit_offsets(gid, accepted, now))
         return ErrorCode.NONE, errors
 
     def fetch_offsets(self, gid: str, wanted: list[tuple[str, list[int]]] | None) -> tuple[int, dict]:
@@ -440,9 +441,7 @@ class GroupCoordinator:
         else:
             errors = [ErrorCode.NONE] * len(partitions)
             allowed = list(partitions)
-        records = shard.delete_offsets_records(gid, allowed)
-        if records:
-            await self.runtime.append(p, records)
+        await self.runtime.write(p, lambda shard: shard.delete_offsets(gid, allowed))
         return ErrorCode.NONE, errors
 
     async def delete_groups(self, gids: list[str]) -> list[int]:
@@ -463,16 +462,20 @@ class GroupCoordinator:
             if group is not None and group.state not in (GroupState.EMPTY, GroupState.DEAD):
                 out.append(ErrorCode.NON_EMPTY_GROUP)
                 continue
-            records = shard.delete_offsets_records(gid, list(shard.committed(gid)))
-            records.append(Record("GroupMetadata", GroupMetadataKey(group=gid), None))
             if group is not None:
-                group.to_dead(self.now())
                 self._forget_group_timers(gid)
-                self._deliver(group.take_outbox())
             try:
-                await self.runtime.append(p, records)
+                dead, durable = self.runtime.submit(p, lambda shard, gid=gid: shard.delete_group(gid, self.now()))
             except KafkaErrorResponse as e:
                 out.append(e.code)  # not deleted: the shard is replayed from its log, the group comes back
+                continue
+            if dead is not None:
+                self._deliver(dead.take_outbox())
+            try:
+                if durable is not None:
+                    await durable
+            except KafkaErrorResponse as e:
+                out.append(e.code)
                 continue
             out.append(ErrorCode.NONE)
         return out
@@ -486,31 +489,24 @@ class GroupCoordinator:
     async def expire_offsets(self) -> int:
         now = self.broker.clock.now_ms()
         n = 0
-        for p, shard in list(self.runtime.shards.items()):
-            records = shard.expired_records(now)
-            if records:
-                try:
-                    await self.runtime.append(p, records)
-                except KafkaErrorResponse as e:
-                    log.error("__consumer_offsets-%d: expiring offsets failed (%s); retried next round", p, e)
-                    continue
-                n += len(records)
+        for p in list(self.runtime.shards):
+            try:
+                n += await self.runtime.write(p, lambda shard: shard.expire(now))
+            except KafkaErrorResponse as e:
+                log.error("__consumer_offsets-%d: expiring offsets failed (%s); retried next round", p, e)
         if n:
             log.info("expired %d offsets/groups", n)
         return n
 
     def on_topic_deleted(self, name: str) -> None:
         """Committed offsets of a deleted topic go away (tombstones)."""
-        for p, shard in self.runtime.shards.items():
-            records = []
-            for gid, offsets in shard.offsets.items():
-                records += shard.delete_offsets_records(gid, [tp for tp in offsets if tp[0] == name])
-            if records:
-                try:
-                    fut = self.runtime.append(p, records)
-                except KafkaErrorResponse as e:
-                    log.error("__consumer_offsets-%d: tombstoning offsets of deleted topic %s failed: %s", p, name, e)
-                    continue
+        for p in list(self.runtime.shards):
+            try:
+                _, fut = self.runtime.submit(p, lambda shard: shard.delete_topic_offsets(name))
+            except KafkaErrorResponse as e:
+                log.error("__consumer_offsets-%d: tombstoning offsets of deleted topic %s failed: %s", p, name, e)
+                continue
+            if fut is not None:
                 fut.add_done_callback(_log_failure(f"tombstoning offsets of deleted topic {name}"))
 
 

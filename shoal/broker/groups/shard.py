@@ -1,10 +1,20 @@
 """One partition of __consumer_offsets: its groups and their committed offsets.
 
-Sans-IO. Offsets are pure event sourcing: an OffsetCommit operation only
-validates and returns records; `replay` applies them (live and at load). A
-classic group's membership lives in memory (it is rebuilt by the members'
-own rejoins); only its GroupMetadata image is persisted, and it is applied on
-replay only while loading or for a group memory does not know.
+Sans-IO. Every write is an operation of this shard (``commit_offsets``,
+``store_group``, ``store_share_group``, ...) returning (records, result) for
+the coordinator runtime, which appends the records and replays them here.
+
+Offsets are pure event sourcing: the operation only builds records, and
+`replay` applies them (live and at load). Group membership also lives in
+objects (``ClassicGroup``, ``ShareGroup``) that hold what is never written:
+pending joins, waiting requests, session deadlines. Their durable part is
+what their records say, and replay keeps it per group as the image of what
+the log holds (``group_images``: the last GroupMetadata value of each classic
+group; ``share_images``: one summary per share-group record key). Replaying
+live changes the images only (the objects already moved); at load the
+records also rebuild the objects. A classic group at rest (Stable or Empty)
+and every share group equal their image: the operations below write every
+durable change, so a restart rebuilds what memory holds.
 
 Offsets expire (offsets.retention.minutes after the group became Empty, or
 after the commit for a group that never had members) through tombstones;
@@ -19,9 +29,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal.broker.coordinator.shard import Record
-from shoal.broker.groups.classic import ClassicGroup, GroupState, Member
+from shoal.broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, Member
 from shoal.broker.groups.share.group import ShareGroup
-from shoal.broker.groups.share.records import Image, ShareGroupReplayer, is_share_record
+from shoal.broker.groups.share.records import (
+    Image,
+    ShareGroupReplayer,
+    apply_to_images,
+    diff_records,
+    is_share_record,
+    tombstones,
+)
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 from shoal.protocol.errors import ErrorCode
 
@@ -56,6 +73,7 @@ class GroupShard:
         self.settings = settings
         self.now_ms = now_ms  # callable: wall-clock ms (records carry timestamps)
         self.groups: dict[str, ClassicGroup] = {}
+        self.group_images: dict[str, Any] = {}  # the last GroupMetadata value the log holds per group
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         self.share_groups: dict[str, ShareGroup] = {}
         self.share_images: dict[str, Image] = {}  # what the log holds for each share group
@@ -80,16 +98,19 @@ class GroupShard:
                 if k.group not in self.groups:
                     self.groups[k.group] = self._new_group(k.group)
         elif is_share_record(name):
-            if self.loading:  # live, the ShareGroup objects are already the truth
+            apply_to_images(self.share_images, record)
+            if self.loading:  # live, the ShareGroup objects already made the change
                 self._share_replayer.replay(record)
         elif name == "GroupMetadata":
             gid = record.key.group
             if record.value is None:
+                self.group_images.pop(gid, None)
                 group = self.groups.pop(gid, None)
                 if group is not None and group.state != GroupState.DEAD:
                     group.to_dead(self.now_ms())
                 return
-            if self.loading or gid not in self.groups:
+            self.group_images[gid] = record.value
+            if self.loading or gid not in self.groups:  # live, the ClassicGroup already made the change
                 self._restore(gid, record.value)
 
     def _restore(self, gid: str, v: Any) -> None:
@@ -117,7 +138,7 @@ class GroupShard:
 
     def finish_loading(self) -> None:
         self.loading = False
-        self.share_images = self._share_replayer.finish(self.share_groups.values())
+        self._share_replayer.finish(self.share_groups.values())
 
     # -- groups ------------------------------------------------------------------
     def group(self, gid: str, create: bool = False) -> ClassicGroup | None:
@@ -157,7 +178,71 @@ class GroupShard:
         )
         return Record("GroupMetadata", key, value)
 
+    # -- membership operations (records for the runtime) ------------------------------
+    def store_group(self, group: ClassicGroup) -> tuple[list[Record], None]:
+        """Write the group's GroupMetadata image if the group marked a durable change (`dirty`)."""
+        if not group.dirty or self.groups.get(group.group_id) is not group:
+            return [], None  # nothing changed, or a group object of a shard since reloaded
+        group.dirty = False
+        return [self.group_record(group)], None
+
+    def store_assignment(self, group: ClassicGroup, write: AssignmentWrite) -> tuple[list[Record], AssignmentWrite]:
+        """Write a leader's assignment (the group installs it once the write is durable)."""
+        if self.groups.get(group.group_id) is not group:
+            return [], write
+        return [self.group_record(group, write.assignments)], write
+
+    def delete_group(self, gid: str, now_ms: int) -> tuple[list[Record], ClassicGroup | None]:
+        """DeleteGroups of a classic group (checked by the caller): tombstones for its offsets and
+        metadata; the group object, now Dead, is the result (its waiting requests are in its outbox)."""
+        records = self.delete_offsets_records(gid, list(self.committed(gid)))
+        records.append(Record("GroupMetadata", GroupMetadataKey(group=gid), None))
+        group = self.groups.get(gid)
+        if group is not None:
+            group.to_dead(now_ms)
+        return records, group
+
+    def store_share_group(self, group: ShareGroup) -> tuple[list[Record], None]:
+        """Write what changed in a share group: the records that turn its image into the group."""
+        gid = group.group_id
+        if self.share_groups.get(gid) is not group:
+            return [], None
+        records, _ = diff_records(group, self.share_images.get(gid, {}))
+        group.dirty = group.state_dirty = False
+        return records, None
+
+    def delete_share_group(self, group: ShareGroup, now_ms: int) -> tuple[list[Record], None]:
+        """Forget a share group (checked by the caller): a tombstone for every record it has."""
+        gid = group.group_id
+        if self.share_groups.get(gid) is not group:
+            return [], None
+        del self.share_groups[gid]
+        group.mark_dead(now_ms)
+        return tombstones(self.share_images.get(gid, {})), None
+
     # -- offsets -----------------------------------------------------------------
+    def commit_offsets(
+        self, gid: str, offsets: Iterable[tuple[str, int, int, int, str | None]], now_ms: int
+    ) -> tuple[list[Record], None]:
+        """OffsetCommit (validated by the caller): (topic, partition, offset, leader epoch, metadata)."""
+        return [self.commit_record(gid, t, p, o, e, m, now_ms) for t, p, o, e, m in offsets], None
+
+    def delete_offsets(self, gid: str, partitions: Iterable[tuple[str, int]]) -> tuple[list[Record], None]:
+        """OffsetDelete (checked by the caller): tombstones for the committed ones."""
+        return self.delete_offsets_records(gid, partitions), None
+
+    def delete_topic_offsets(self, topic: str) -> tuple[list[Record], None]:
+        """Every group's committed offsets of a deleted topic go."""
+        records: list[Record] = []
+        for gid, offsets in self.offsets.items():
+            records += self.delete_offsets_records(gid, [tp for tp in offsets if tp[0] == topic])
+        return records, None
+
+    def expire(self, now_ms: int) -> tuple[list[Record], int]:
+        """Offsets past retention and groups left empty: (tombstones, how many)."""
+        records = self.expired_records(now_ms)
+        return records, len(records)
+
     def validate_commit(
         self, gid: str, generation: int, member_id: str, instance_id: str | None, now_ms: int
     ) -> tuple[int, bool]:

@@ -197,7 +197,7 @@ def _group_to_alter(broker: Any, gid: str) -> tuple[int, Any, Any, bool]:
 async def _persist_if_current(broker: Any, p: int, shard: Any, g: Any) -> None:
     """Write what changed in `g`, unless the group was deleted meanwhile."""
     if shard.share_groups.get(g.group_id) is g:
-        fut = broker.groups.share.persist(p, shard, g)
+        fut = broker.groups.share.persist(p, g)
         if fut is not None:
             await fut
 

@@ -12,10 +12,11 @@ for lag and offsets). All of them may call the async methods below in
 process; remote callers use APIs 83-87 (shoal/broker/handlers/share_state.py).
 
 Shape: the sans-IO `ShareStateShard` (one per partition of the topic) run by
-the shared `CoordinatorRuntime`: an operation validates against memory and
-returns records; the runtime appends and replays them, and the answer waits
-until they are durable (at most share.coordinator.write.timeout.ms, as
-Kafka). Load-in-progress and not-coordinator come back as error codes, never
+the shared `CoordinatorRuntime`: each write is an operation of the shard
+(initialize, read, write, delete) that validates against memory and returns
+(records, result); the runtime (`submit`) appends the records as one batch
+and replays them into the shard, and the answer waits until they are
+durable (at most share.coordinator.write.timeout.ms, as Kafka). Load-in-progress and not-coordinator come back as error codes, never
 as exceptions, so callers handle one kind of outcome.
 
 Routing is Kafka's, so clients and tools agree on the coordinator: the key
@@ -47,10 +48,10 @@ import asyncio
 import base64
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from shoal.broker.coordinator.runtime import CoordinatorRuntime
+from shoal.broker.coordinator.runtime import CoordinatorRuntime, Operation
 from shoal.broker.coordinator.shard import Record, partition_for
 from shoal.broker.log import LogError
 from shoal.broker.share_coordinator.shard import (
@@ -160,23 +161,31 @@ class ShareCoordinator:
         p = self.key_partition(group, topic_id, partition)
         return p, self.runtime.shard(p)
 
-    async def _persist(self, p: int, records: Sequence[Record]) -> Outcome | None:
-        """Append + replay now; wait (bounded) until durable. None when it is."""
-        if not records:
-            return None
+    async def _run(self, p: int, op: Operation) -> tuple[Any, Outcome | None]:
+        """Run `op` through the runtime (append + replay now); wait (bounded) until durable.
+
+        Returns (op's result, None) once its records are durable (at once
+        without records), or (None, the error) when the write failed.
+        """
         try:
-            fut = self.runtime.append(p, records)
+            self.runtime.shard(p)
+        except KafkaErrorResponse as e:  # loading, or not (any more) the coordinator: no write tried
+            return None, _error(e.code)
+        try:
+            result, fut = self.runtime.submit(p, op)
         except KafkaErrorResponse as e:
             log.error("%s-%d: append failed: %s", TOPIC, p, e)
-            return _error(e.code, f"could not write share-group state: {e}")
+            return None, _error(e.code, f"could not write share-group state: {e}")
+        if fut is None:
+            return result, None
         try:
             await asyncio.wait_for(asyncio.shield(fut), self.write_timeout_s)
         except TimeoutError:
-            return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out")
+            return None, _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out")
         except KafkaErrorResponse as e:
             log.error("%s-%d: state not made durable: %s", TOPIC, p, e)
-            return _error(e.code, f"could not write share-group state: {e}")
-        return None
+            return None, _error(e.code, f"could not write share-group state: {e}")
+        return result, None
 
     # -- operations, with the error text Kafka puts in responses --------------------
     async def initialize_state(
@@ -186,14 +195,15 @@ class ShareCoordinator:
         bad = self._check(group, topic_id, partition)
         if bad is not None:
             return bad
-        try:
-            p, shard = self._shard(group, topic_id, partition)
-        except KafkaErrorResponse as e:
-            return _error(e.code)
-        records, error = shard.initialize(group, topic_id, partition, state_epoch, start_offset)
+        p = self.key_partition(group, topic_id, partition)
+        error, failed = await self._run(
+            p, lambda s: s.initialize(group, topic_id, partition, state_epoch, start_offset)
+        )
+        if failed is not None:
+            return failed
         if error != ErrorCode.NONE:
             return _error(error, BAD_STATE if error == ErrorCode.INVALID_REQUEST else None)
-        return await self._persist(p, records) or (ErrorCode.NONE, None)
+        return ErrorCode.NONE, None
 
     async def read_state(
         self, group: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
@@ -206,18 +216,20 @@ class ShareCoordinator:
         bad = self._check(group, topic_id, partition)
         if bad is not None:
             return failed(bad)
-        try:
-            p, shard = self._shard(group, topic_id, partition)
-        except KafkaErrorResponse as e:
-            return failed(_error(e.code))
-        if shard.state(group, topic_id, partition) is None:
-            return failed(_error(ErrorCode.INVALID_REQUEST, UNINITIALIZED_READ))
-        records, result = shard.read(group, topic_id, partition, leader_epoch)
-        if result.error != ErrorCode.NONE:
-            return failed(_error(result.error))
-        not_durable = await self._persist(p, records)
+
+        def op(shard: ShareStateShard) -> tuple[list[Record], ReadResult | None]:
+            if shard.state(group, topic_id, partition) is None:
+                return [], None
+            return shard.read(group, topic_id, partition, leader_epoch)
+
+        p = self.key_partition(group, topic_id, partition)
+        result, not_durable = await self._run(p, op)
         if not_durable is not None:
             return failed(not_durable)
+        if result is None:
+            return failed(_error(ErrorCode.INVALID_REQUEST, UNINITIALIZED_READ))
+        if result.error != ErrorCode.NONE:
+            return failed(_error(result.error))
         return result, None
 
     async def write_state(
@@ -235,32 +247,36 @@ class ShareCoordinator:
         bad = self._check(group, topic_id, partition)
         if bad is not None:
             return bad
-        try:
-            p, shard = self._shard(group, topic_id, partition)
-        except KafkaErrorResponse as e:
-            return _error(e.code)
-        if shard.state(group, topic_id, partition) is None:
+
+        def op(shard: ShareStateShard) -> tuple[list[Record], ErrorCode | None]:
+            if shard.state(group, topic_id, partition) is None:
+                return [], None
+            return shard.write(
+                group, topic_id, partition, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count
+            )
+
+        p = self.key_partition(group, topic_id, partition)
+        error, failed = await self._run(p, op)
+        if failed is not None:
+            return failed
+        if error is None:
             return _error(ErrorCode.INVALID_REQUEST, UNINITIALIZED_WRITE)
-        records, error = shard.write(
-            group, topic_id, partition, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count
-        )
         if error != ErrorCode.NONE:
             return _error(error, BAD_STATE if error == ErrorCode.INVALID_REQUEST else None)
-        return await self._persist(p, records) or (ErrorCode.NONE, None)
+        return ErrorCode.NONE, None
 
     async def delete_state(self, group: str, topic_id: uuid.UUID, partition: int) -> Outcome:
         """DeleteShareGroupState: tombstones (deleting unknown state succeeds)."""
         bad = self._check(group, topic_id, partition, exists=False)
         if bad is not None:
             return bad
-        try:
-            p, shard = self._shard(group, topic_id, partition)
-        except KafkaErrorResponse as e:
-            return _error(e.code)
-        records, error = shard.delete(group, topic_id, partition)
+        p = self.key_partition(group, topic_id, partition)
+        error, failed = await self._run(p, lambda s: s.delete(group, topic_id, partition))
+        if failed is not None:
+            return failed
         if error != ErrorCode.NONE:
             return _error(error)
-        return await self._persist(p, records) or (ErrorCode.NONE, None)
+        return ErrorCode.NONE, None
 
     async def read_state_summary(
         self, group: str, topic_id: uuid.UUID, partition: int, leader_epoch: int = -1
@@ -318,16 +334,13 @@ class ShareCoordinator:
     # -- topic deletion ------------------------------------------------------------------
     def on_topic_deleted(self, topic_id: uuid.UUID) -> None:
         """The state of every share-partition of a deleted topic goes (tombstones)."""
-        for p, shard in list(self.runtime.shards.items()):
-            records: list[Record] = []
-            for group, tid, partition in [k for k in shard.states if k[1] == topic_id]:
-                records += shard.delete(group, tid, partition)[0]
-            if records:
-                try:
-                    fut = self.runtime.append(p, records)
-                except KafkaErrorResponse as e:
-                    log.error("%s-%d: tombstoning state of deleted topic %s failed: %s", TOPIC, p, topic_id, e)
-                    continue
+        for p in list(self.runtime.shards):
+            try:
+                _, fut = self.runtime.submit(p, lambda shard: shard.delete_topic(topic_id))
+            except KafkaErrorResponse as e:
+                log.error("%s-%d: tombstoning state of deleted topic %s failed: %s", TOPIC, p, topic_id, e)
+                continue
+            if fut is not None:
                 fut.add_done_callback(_log_failure(f"tombstoning state of deleted topic {topic_id}"))
 
     # -- pruning -------------------------------------------------------------------------

@@ -385,6 +385,13 @@ class ShareStateShard:
             records.append(Record(UPDATE, ShareUpdateKey(group, topic_id, partition), None))
         return records, ErrorCode.NONE
 
+    def delete_topic(self, topic_id: uuid.UUID) -> tuple[list[Record], None]:
+        """A topic was deleted: tombstones for the state of each of its share-partitions here."""
+        records: list[Record] = []
+        for group, tid, partition in [k for k in self.states if k[1] == topic_id]:
+            records += self.delete(group, tid, partition)[0]
+        return records, None
+
     def read_summary(
         self, group: str, topic_id: uuid.UUID, partition: int, leader_epoch: int = -1
     ) -> tuple[list[Record], SummaryResult]:

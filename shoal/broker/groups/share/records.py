@@ -14,9 +14,15 @@ group epoch, target assignment, current assignment, state partitions) and a
 deleted group's ShareGroupMetadata tombstone comes last, so a replay that
 stops between batches sees a consistent group.
 
-Replay (:class:`ShareGroupReplayer`) rebuilds ShareGroup objects at load
-time; once loaded, the live objects are the truth and records written live
-are not replayed into them again (as for classic groups).
+The image the diff starts from is itself built by replay: every record
+written (live or at load) updates it (:func:`apply_to_images`), so it is what
+the log holds, not what the writer believed it wrote. Replay
+(:class:`ShareGroupReplayer`) also rebuilds ShareGroup objects at load time;
+once loaded, the live objects have made each change before their records are
+written, and records written live update only the image (as for classic
+groups). A loaded group's image(group) equals the replayed image, and after
+every write a live group's does too: that is the replay-equivalence the
+coordinator tests check.
 """
 
 from __future__ import annotations
@@ -29,7 +35,15 @@ from shoal.broker.coordinator.shard import Record
 from shoal.broker.groups.share.group import InitState, ShareGroup, ShareMember
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 
-__all__ = ["Image", "ShareGroupReplayer", "diff_records", "image", "is_share_record", "tombstones"]
+__all__ = [
+    "Image",
+    "ShareGroupReplayer",
+    "apply_to_images",
+    "diff_records",
+    "image",
+    "is_share_record",
+    "tombstones",
+]
 
 _SERDE = serde("group")
 
@@ -138,6 +152,53 @@ def tombstones(previous: Image) -> list[Record]:
     return [Record(k[0], _key(k), None) for k in keys]
 
 
+_MEMBER_KEYED = frozenset({MEMBER, TARGET_MEMBER, CURRENT})
+
+
+def _record_parts(entries: Iterable[Any]) -> tuple:
+    return _parts({e.topic_id: frozenset(e.partitions) for e in entries})
+
+
+def _record_tuple(name: str, v: Any) -> tuple:
+    """The image summary of a record value (the inverse of `_value`)."""
+    if name == META:
+        return (v.epoch, v.metadata_hash)
+    if name == MEMBER:
+        return (v.rack_id, v.client_id, v.client_host, tuple(sorted(v.subscribed_topic_names)))
+    if name == TARGET_META:
+        return (v.assignment_epoch,)
+    if name == TARGET_MEMBER:
+        return (_record_parts(v.topic_partitions),)
+    if name == CURRENT:
+        return (v.member_epoch, v.previous_member_epoch, _record_parts(v.assigned_partitions))
+
+    def infos(entries: Iterable[Any]) -> tuple:
+        return tuple(sorted((t.topic_id, t.topic_name, tuple(sorted(t.partitions))) for t in entries))
+
+    return (
+        infos(v.initializing_topics),
+        infos(v.initialized_topics),
+        tuple(sorted((t.topic_id, t.topic_name) for t in v.deleting_topics)),
+    )
+
+
+def apply_to_images(images: dict[str, Image], record: CoordinatorRecord) -> None:
+    """Replay one share-group record into the per-group images of what the log holds."""
+    name = record.type.name
+    k = record.key
+    gid = k.group_id
+    key = (name, gid, k.member_id) if name in _MEMBER_KEYED else (name, gid)
+    if record.value is None:
+        if name == META:
+            images.pop(gid, None)  # written last when a group is deleted
+            return
+        img = images.get(gid)
+        if img is not None:
+            img.pop(key, None)
+        return
+    images.setdefault(gid, {})[key] = _record_tuple(name, record.value)
+
+
 class ShareGroupReplayer:
     """Rebuilds share groups from their records (at load)."""
 
@@ -197,12 +258,9 @@ class ShareGroupReplayer:
             g.initialized = {t.topic_id: InitState(t.topic_name, frozenset(t.partitions)) for t in v.initialized_topics}
             g.deleting = {t.topic_id: t.topic_name for t in v.deleting_topics}
 
-    def finish(self, groups: Iterable[ShareGroup]) -> dict[str, Image]:
-        """After load: settle each group's state and return the images to diff against."""
+    def finish(self, groups: Iterable[ShareGroup]) -> None:
+        """After load: settle each group's state (nothing is left to write)."""
         now = self.now_ms()
-        out: dict[str, Image] = {}
         for g in groups:
             g.refresh_state(now)
             g.dirty = g.state_dirty = False
-            out[g.group_id] = image(g)
-        return out

@@ -6,7 +6,9 @@ one type). This shell turns ShareGroupHeartbeat, ShareGroupDescribe, the
 share-offset admin APIs and DeleteGroups into calls on the sans-IO
 :class:`~broker.share.group.ShareGroup`, and after each call
 
-* writes the records that changed (:func:`~broker.share.group_records.diff_records`)
+* writes the records that changed (``GroupShard.store_share_group``: the
+  diff between the group and the image its records left, run as an
+  operation by the coordinator runtime, which replays them into that image)
   and answers once they are durable -- an answer with no records of its own
   still waits for earlier writes of its partition (``runtime.barrier``);
 * starts InitializeShareGroupState / DeleteShareGroupState calls on the
@@ -35,7 +37,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal.broker.groups.share.group import HeartbeatResult, InitState, ShareGroup
-from shoal.broker.groups.share.records import diff_records, tombstones
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
@@ -178,7 +179,7 @@ class ShareGroupService:
         return out
 
     # -- persistence -------------------------------------------------------------------------
-    def persist(self, p: int, shard: Any, group: ShareGroup) -> asyncio.Future | None:
+    def persist(self, p: int, group: ShareGroup) -> asyncio.Future | None:
         """Write what changed in `group`; a future for durability (None: nothing pending).
 
         Raises KafkaErrorResponse when the log refuses the write; the runtime then
@@ -186,18 +187,13 @@ class ShareGroupService:
         """
         if not group.dirty and not group.state_dirty:
             return self.runtime.barrier(p)  # a steady heartbeat: nothing to write
-        records, img = diff_records(group, shard.share_images.get(group.group_id, {}))
-        group.dirty = group.state_dirty = False
-        if records:
-            fut = self.runtime.append(p, records)
-            shard.share_images[group.group_id] = img  # what the log holds now
-            return fut
-        return self.runtime.barrier(p)
+        _, fut = self.runtime.submit(p, lambda s: s.store_share_group(group))
+        return fut if fut is not None else self.runtime.barrier(p)
 
-    def _persist_quietly(self, p: int, shard: Any, group: ShareGroup, what: str) -> asyncio.Future | None:
+    def _persist_quietly(self, p: int, group: ShareGroup, what: str) -> asyncio.Future | None:
         """persist() for background changes (expiry, topic deletion): a failure is logged."""
         try:
-            return self.persist(p, shard, group)
+            return self.persist(p, group)
         except KafkaErrorResponse as e:
             log.error("share group %s: persisting %s failed: %s", group.group_id, what, e)
             return None
@@ -264,7 +260,7 @@ class ShareGroupService:
             shard.share_groups.pop(gid, None)  # a failed first join leaves nothing behind
             return _answer(result, interval)
         try:
-            durable = self.persist(p, shard, group)
+            durable = self.persist(p, group)
         except KafkaErrorResponse as e:  # nothing written; the group is replayed from the log as it was
             return HeartbeatAnswer(e.code, e.detail, member_id or None, member_epoch, interval)
         self._log_change(group)
@@ -344,7 +340,7 @@ class ShareGroupService:
         shard = self._current(p, group)
         if shard is None:
             return
-        fut = self._persist_quietly(p, shard, group, "state partitions")
+        fut = self._persist_quietly(p, group, "state partitions")
         self._log_change(group)
         if fut is not None:
             try:
@@ -380,7 +376,7 @@ class ShareGroupService:
             log.info("share group %s: member %s left (session timeout)", gid, m)
             self._member_gone(gid, m)
         if gone:
-            self._persist_quietly(p, shard, group, "expired members")
+            self._persist_quietly(p, group, "expired members")
             self._log_change(group)
         self._arm(p, group)
 
@@ -394,7 +390,7 @@ class ShareGroupService:
         for p, shard in self.runtime.shards.items():
             for g in shard.share_groups.values():
                 if g.forget_offsets(topic_id) is not None:
-                    self._persist_quietly(p, shard, g, f"the deletion of topic {topic_id}")
+                    self._persist_quietly(p, g, f"the deletion of topic {topic_id}")
 
     # -- admin -------------------------------------------------------------------------------
     async def describe(self, gid: str) -> ShareGroup:
@@ -424,17 +420,13 @@ class ShareGroupService:
         if shard.share_groups.get(gid) is not g or g.members:
             return ErrorCode.NON_EMPTY_GROUP  # someone joined while the state was deleted
         self.broker.share_partitions.forget(gid)
-        records = tombstones(shard.share_images.pop(gid, {}))
-        del shard.share_groups[gid]
-        g.mark_dead(self.now())
         if self.sessions.pop(gid, None) is not None:
             self.groups.purgatory.check_and_complete(("share-session", gid))
         self._last_seen.pop(gid, None)
-        if records:
-            try:
-                await self.runtime.append(p, records)
-            except KafkaErrorResponse as e:
-                return e.code  # the shard is replayed from its log: the group comes back as it was
+        try:
+            await self.runtime.write(p, lambda s: s.delete_share_group(g, self.now()))
+        except KafkaErrorResponse as e:
+            return e.code  # the shard is replayed from its log: the group comes back as it was
         log.info("share group %s deleted", gid)
         return ErrorCode.NONE
 
