@@ -15,8 +15,8 @@ objects, with the same dump of the fresh shard. A classic group in the
 middle of a rebalance has no durable form of its own (Kafka writes a group
 when a generation's assignment is stored or the group empties); its dump is
 the image of the log, and once at rest (Stable or Empty) its live objects
-must equal that image. The last test does the same through a real broker
-and a real restart.
+must equal that image. tests/wire/test_coordinator_restart.py does the same through a
+real broker and a real restart.
 
 The harness below plays the part of the coordinator's asyncio shell
 (``groups/coordinator.py`` ``after``; ``groups/share/service.py``
@@ -27,174 +27,35 @@ the way the runtime does (encoded, then replayed into the shard).
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from shoal.broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams
-from shoal.broker.groups.shard import GroupSettings, GroupShard
+from shoal.broker.groups.shard import GroupShard
 from shoal.broker.groups.share.group import ShareGroup
-from shoal.broker.groups.share.records import image
-from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 from shoal.protocol.errors import ErrorCode
-from shoal.testing import EmbeddedBroker
-
-SERDE = serde("group")
-CLASSIC = ["c0", "c1", "c2"]
-SHARE = ["s0", "s1"]
-SHARE_MEMBERS = ["m0", "m1", "m2"]
-INSTANCES = [None, "i0", "i1"]
-PROTOCOLS = [[("range", b"r")], [("range", b"r"), ("roundrobin", b"rr")], [("roundrobin", b"rr2")]]
-TOPICS = ["t0", "t1"]
-SESSION = 10_000
-SHARE_SESSION = 45_000
-RETENTION = 3_600_000
-SETTINGS = GroupSettings(
-    min_session_timeout_ms=1_000,
-    max_session_timeout_ms=60_000,
-    max_size=4,
-    initial_rebalance_delay_ms=0,
-    offset_metadata_max_bytes=4096,
-    offsets_retention_ms=RETENTION,
+from tests.support.coordinator_state import (
+    CLASSIC,
+    INSTANCES,
+    PROTOCOLS,
+    RETENTION,
+    SESSION,
+    SETTINGS,
+    SHARE,
+    SHARE_MEMBERS,
+    SHARE_SESSION,
+    TOPICS,
+    Clock,
+    Log,
+    check_equivalent,
 )
 
 
-# -- the canonical dump -----------------------------------------------------------------
-def _opt(x: Any) -> Any:
-    return x or None
-
-
-def group_from_value(v: Any) -> tuple:
-    """A GroupMetadata value as (type, generation, protocol, leader, members)."""
-    members = tuple(
-        sorted(
-            (
-                m.member_id,
-                m.group_instance_id,
-                m.client_id,
-                m.client_host,
-                m.rebalance_timeout,
-                m.session_timeout,
-                bytes(m.subscription),
-                bytes(m.assignment),
-            )
-            for m in v.members
-        )
-    )
-    return (_opt(v.protocol_type), v.generation, _opt(v.protocol), _opt(v.leader), members)
-
-
-def group_from_object(g: ClassicGroup) -> tuple:
-    """The same, read off a live (or restored) ClassicGroup."""
-    members = tuple(
-        sorted(
-            (
-                m.member_id,
-                m.group_instance_id,
-                m.client_id,
-                m.client_host,
-                m.rebalance_timeout_ms,
-                m.session_timeout_ms,
-                bytes(m.metadata(g.protocol_name)) if g.protocol_name else b"",
-                bytes(m.assignment),
-            )
-            for m in g.members.values()
-        )
-    )
-    return (_opt(g.protocol_type), g.generation_id, _opt(g.protocol_name), _opt(g.leader_id), members)
-
-
-def at_rest(g: ClassicGroup) -> bool:
-    return g.state in (GroupState.STABLE, GroupState.EMPTY)
-
-
-def blank(g: ClassicGroup) -> bool:
-    """A group with nothing durable (made by a failed join, or by replaying a commit)."""
-    return g.state == GroupState.EMPTY and not g.members and g.generation_id == 0 and not g.protocol_type
-
-
-def dump(shard: GroupShard) -> dict[str, Any]:
-    """The durable state of a group shard, from its objects.
-
-    A classic group at rest is read off its object; one in the middle of a
-    rebalance has only the last state it wrote (the log's image of it).
-    """
-    classic: dict[str, Any] = {}
-    for gid, g in shard.groups.items():
-        if blank(g):
-            continue
-        if at_rest(g):
-            classic[gid] = (g.state.value, group_from_object(g))
-        elif gid in shard.group_images:
-            v = shard.group_images[gid]
-            classic[gid] = ("Stable" if v.members else "Empty", group_from_value(v))
-    offsets = {
-        gid: {tp: (c.offset, c.leader_epoch, c.metadata, c.commit_timestamp) for tp, c in tps.items()}
-        for gid, tps in shard.offsets.items()
-    }
-    share = {gid: (g.state, image(g)) for gid, g in shard.share_groups.items()}
-    return {"classic": classic, "offsets": offsets, "share": share}
-
-
-# -- a log, as the runtime keeps it -------------------------------------------------------
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
-class Log:
-    """Operations -> records, encoded as the runtime appends them and replayed into the shard."""
-
-    def __init__(self) -> None:
-        self.entries: list[tuple[bytes, bytes | None]] = []
-
-    def write(self, shard: GroupShard, op: Any) -> Any:
-        records, result = op(shard)
-        for r in records:
-            self.entries.append((SERDE.encode_key(r.name, r.key), SERDE.encode_value(r.name, r.value, r.value_version)))
-            version = r.value_version if r.value_version is not None else SERDE.latest_value_version(r.name)
-            shard.replay(CoordinatorRecord(SERDE.record_type(r.name), r.key, r.value, version), len(self.entries) - 1)
-        return result
-
-    def replayed(self) -> GroupShard:
-        """A fresh shard loaded from the encoded records only (a restart)."""
-        fresh = GroupShard(0, SETTINGS, Clock())
-        for offset, (key, value) in enumerate(self.entries):
-            fresh.replay(SERDE.decode(key, value), offset)
-        fresh.finish_loading()
-        return fresh
-
-
-def check_equivalent(shard: GroupShard, log: Log) -> GroupShard:
-    # What was written says everything memory holds durably ...
-    for gid, g in shard.groups.items():
-        if at_rest(g) and not blank(g):
-            assert gid in shard.group_images, f"{gid} at rest but never written"
-            assert group_from_object(g) == group_from_value(shard.group_images[gid]), gid
-        if blank(g):
-            assert gid not in shard.group_images, gid
-    for gid, g in shard.share_groups.items():
-        assert image(g) == shard.share_images.get(gid), gid
-    # ... and replaying it yields the same durable state.
-    fresh = log.replayed()
-    assert dump(fresh) == dump(shard)
-    assert {gid: group_from_value(v) for gid, v in fresh.group_images.items()} == {
-        gid: group_from_value(v) for gid, v in shard.group_images.items()
-    }
-    assert fresh.share_images == shard.share_images
-    for gid, g in fresh.share_groups.items():
-        assert image(g) == fresh.share_images[gid], gid
-    return fresh
-
-
-# -- the state machines ---------------------------------------------------------------------
 class ShardMachine(RuleBasedStateMachine):
     """One __consumer_offsets shard, its log and a fake clock; the property after every step."""
 
@@ -609,119 +470,9 @@ MACHINE_SETTINGS = settings(
 ClassicGroupsReplay.TestCase.settings = MACHINE_SETTINGS
 ShareGroupsReplay.TestCase.settings = MACHINE_SETTINGS
 test_classic_groups_and_offsets_replay = ClassicGroupsReplay.TestCase
+test_classic_groups_and_offsets_replay.pytestmark = [pytest.mark.slow]
 test_share_groups_replay = ShareGroupsReplay.TestCase
+test_share_groups_replay.pytestmark = [pytest.mark.slow]
 
 
 # -- the same through a real broker and a real restart ---------------------------------------
-def _params(member_id: str = "", instance: str | None = None, meta: bytes = b"r") -> JoinParams:
-    return JoinParams(member_id, instance, "app", "/127.0.0.1", 10_000, 300, "consumer", [("range", meta)], False)
-
-
-async def _form(coord: Any, gid: str, *joiners: JoinParams) -> list[str]:
-    """Members join `gid` together, the leader assigns, everyone syncs: returns their ids."""
-    results = await asyncio.gather(*(coord.join(gid, p) for p in joiners))
-    assert all(r.error == ErrorCode.NONE for r in results), results
-    leader = results[0].leader
-    assignments = {r.member_id: f"{gid}/{r.member_id[-4:]}".encode() for r in results}
-    syncs = await asyncio.gather(
-        *(
-            coord.sync(
-                gid,
-                r.member_id,
-                p.group_instance_id,
-                r.generation_id,
-                None,
-                None,
-                assignments if r.member_id == leader else {},
-            )
-            for r, p in zip(results, joiners)
-        )
-    )
-    assert all(s.error == ErrorCode.NONE for s in syncs), syncs
-    return [r.member_id for r in results]
-
-
-def _broker_dump(coord: Any) -> dict[str, Any]:
-    merged: dict[str, Any] = {"classic": {}, "offsets": {}, "share": {}}
-    for shard in coord.runtime.shards.values():
-        for part, value in dump(shard).items():
-            merged[part].update(value)
-    return merged
-
-
-async def _durable(coord: Any) -> None:
-    for p in list(coord.runtime.shards):
-        fut = coord.runtime.barrier(p)
-        if fut is not None:
-            await fut
-
-
-async def test_group_coordinator_state_survives_a_real_restart() -> None:
-    async with EmbeddedBroker(
-        fast_timers=True, offsets_topic_num_partitions=3, share_coordinator_state_topic_num_partitions=2
-    ) as eb:
-        await eb.acreate_topic("t0", 3)
-        await eb.acreate_topic("a", 2)
-        coord = eb.broker.groups
-        await coord.runtime.loaded.wait()
-
-        # c0: two members, a second generation, offsets
-        first = await _form(coord, "c0", _params())
-        await _form(
-            coord, "c0", _params(), _params(first[0])
-        )  # (the newcomer first: the leader then completes the join)
-        c0 = coord.runtime.shard_for("c0").groups["c0"]
-        assert len(c0.members) == 2 and c0.generation_id == 2
-        m = next(iter(c0.members.values()))
-        error, errors = await coord.commit(
-            "c0", c0.generation_id, m.member_id, None, [("t0", 0, 42, 1, "x"), ("t0", 2, 7, 1, None)]
-        )
-        assert (error, errors) == (ErrorCode.NONE, [ErrorCode.NONE, ErrorCode.NONE])
-        # c1: a static member restarts in Stable (its new member id is written at once)
-        await _form(coord, "c1", _params(instance="i0"))
-        again = await coord.join("c1", _params(instance="i0"))
-        assert again.error == ErrorCode.NONE
-        # c2: its only member leaves: Empty, next generation
-        (solo,) = await _form(coord, "c2", _params())
-        assert coord.leave("c2", [(solo, None)]) == (ErrorCode.NONE, [ErrorCode.NONE])
-        # c3: standalone commits, one deleted; c4: commits, then the group deleted
-        await coord.commit("c3", -1, "", None, [("t0", 0, 1, -1, None), ("t0", 1, 2, -1, "m")])
-        assert await coord.delete_offsets("c3", [("t0", 1)]) == (ErrorCode.NONE, [ErrorCode.NONE])
-        await coord.commit("c4", -1, "", None, [("t0", 0, 5, -1, None)])
-        assert await coord.delete_groups(["c4"]) == [ErrorCode.NONE]
-        # c5: Stable, then a new member's join leaves it preparing a rebalance (nothing written for it)
-        await _form(coord, "c5", _params())
-        pending = asyncio.create_task(coord.join("c5", _params()))
-        await asyncio.sleep(0.05)
-        assert coord.runtime.shard_for("c5").groups["c5"].state == GroupState.PREPARING_REBALANCE
-        # s0: a share group of two members, its partitions initialized and assigned, one leaves
-        share = coord.share
-        answers = [await share.heartbeat("s0", mid, 0, None, ["a"], "c", "h") for mid in ("sm0", "sm1")]
-        assert all(a.error == ErrorCode.NONE for a in answers)
-        g = share.find("s0")[2]
-        for _ in range(100):
-            if g.initialized:
-                break
-            await asyncio.sleep(0.02)
-        assert g.initialized
-        epoch = g.members["sm0"].member_epoch
-        assert (await share.heartbeat("s0", "sm0", epoch, None, None, "c", "h")).error == ErrorCode.NONE
-        assert (await share.heartbeat("s0", "sm1", -1, None, None, "c", "h")).error == ErrorCode.NONE
-        await _durable(coord)
-
-        before = _broker_dump(coord)
-        assert set(before["classic"]) == {"c0", "c1", "c2", "c5"}
-        assert before["classic"]["c2"][0] == "Empty" and before["classic"]["c5"][0] == "Stable"
-        assert set(before["offsets"]) == {"c0", "c3"} and set(before["share"]) == {"s0"}
-        # the log of each partition, replayed into a fresh shard, holds all of it
-        for p, shard in coord.runtime.shards.items():
-            fresh = GroupShard(p, coord.settings, Clock())
-            coord.runtime._replay_partition(p, fresh)
-            fresh.finish_loading()
-            assert dump(fresh) == dump(shard)
-
-        pending.cancel()
-        await eb.arestart(clean=False)  # as kill -9 (and a power cut: unflushed bytes are lost)
-        coord = eb.broker.groups
-        await coord.runtime.loaded.wait()
-        assert _broker_dump(coord) == before

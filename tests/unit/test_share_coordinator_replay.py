@@ -6,8 +6,8 @@ nothing; the runtime appends the records and replays them into the shard.
 A random sequence of operations on a few share-partitions, with snapshots
 every few updates, must leave a shard whose durable state equals that of a
 fresh shard fed the encoded log: from its start, and from the offset the
-coordinator prunes the log to (the oldest snapshot still needed). The last
-test does the same through a real broker, pruning and a crash restart.
+coordinator prunes the log to (the oldest snapshot still needed). tests/wire/test_coordinator_restart_share.py does the same through a
+real broker, pruning and a crash restart.
 """
 
 from __future__ import annotations
@@ -15,44 +15,15 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from shoal.broker.share_coordinator.shard import ACKNOWLEDGED, ARCHIVED, AVAILABLE, ShareStateShard
-from shoal.protocol.coordinator_records import CoordinatorRecord, serde
+from shoal.protocol.coordinator_records import CoordinatorRecord
 from shoal.protocol.errors import ErrorCode
-from shoal.testing import EmbeddedBroker
-
-SERDE = serde("share")
-GROUPS = ["g0", "g1"]
-TOPICS = [uuid.UUID(int=7), uuid.UUID(int=8)]
-KEYS = [(g, t, p) for g in GROUPS for t in TOPICS for p in range(2)]
-
-
-def dump(shard: ShareStateShard) -> dict[tuple, Any]:
-    """The durable state of each share-partition (what a reader or the leader gets back)."""
-    return {
-        key: (
-            s.snapshot_epoch,
-            s.state_epoch,
-            s.leader_epoch,
-            s.start_offset,
-            s.delivery_complete_count,
-            s.create_timestamp,
-            s.write_timestamp,
-            tuple(s.state_batches),
-        )
-        for key, s in shard.states.items()
-    }
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
+from tests.support.share_state import KEYS, SERDE, TOPICS, Clock, dump
 
 
 class ShareStateReplay(RuleBasedStateMachine):
@@ -131,44 +102,4 @@ ShareStateReplay.TestCase.settings = settings(
     max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_share_state_replay = ShareStateReplay.TestCase
-
-
-async def test_share_state_survives_pruning_and_a_real_restart() -> None:
-    async with EmbeddedBroker(
-        share_coordinator_state_topic_num_partitions=2,
-        share_coordinator_snapshot_update_records_per_snapshot=2,
-    ) as eb:
-        await eb.acreate_topic("a", 3)
-        await eb.acreate_topic("b", 1)
-        topics = eb.broker.topics
-        a, b = topics.get("a").topic_id, topics.get("b").topic_id
-        sc = eb.broker.share_coordinator
-        await sc.loaded.wait()
-        for g in GROUPS:
-            for p in range(3):
-                assert await sc.initialize(g, a, p, 1, 0) == ErrorCode.NONE
-            assert await sc.initialize(g, b, 0, 1, 5) == ErrorCode.NONE
-        for i in range(12):
-            g, p = GROUPS[i % 2], i % 3
-            state = [AVAILABLE, ACKNOWLEDGED, ARCHIVED][i % 3]
-            error = await sc.write(g, a, p, 1, 1 + i // 6, i, [(i, i + 3, state, 1 + i % 2)], i)
-            assert error == ErrorCode.NONE
-        assert (await sc.read("g0", a, 1, 4)).error == ErrorCode.NONE  # a new leader epoch: written
-        assert await sc.delete("g1", a, 2) == ErrorCode.NONE
-        assert await sc.initialize("g0", b, 0, 2, 9) == ErrorCode.NONE  # a new state epoch
-        before = {}
-        for p, shard in sc.runtime.shards.items():
-            fresh = ShareStateShard(p, snapshot_every=2)
-            sc.runtime._replay_partition(p, fresh)
-            assert fresh.states == shard.states
-            before.update(dump(shard))
-        assert len(before) == 7
-        assert await sc.prune()  # the log start moves past superseded records
-
-        await eb.arestart(clean=False)  # as kill -9
-        sc = eb.broker.share_coordinator
-        await sc.loaded.wait()
-        after = {}
-        for shard in sc.runtime.shards.values():
-            after.update(dump(shard))
-        assert after == before
+test_share_state_replay.pytestmark = [pytest.mark.slow]
