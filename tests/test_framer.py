@@ -37,7 +37,7 @@ from shoal.protocol.frames import (
     encode_request,
     encode_response,
 )
-from shoal.protocol.records import build_batch
+from shoal.protocol.records import build_batch, iter_batches
 
 
 def _stream(payloads: list[bytes]) -> bytes:
@@ -431,8 +431,6 @@ def test_broker_frames_big_and_small_at_any_cut(seed: int) -> None:
         target.release()
         pos += n
     assert not transport.closed and not transport.aborted
-    from shoal.protocol.records import iter_batches
-
     got = []
     for body in server.broker.bodies:
         (header, _), *_ = list(iter_batches(body.topic_data[0].partition_data[0].records))

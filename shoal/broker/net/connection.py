@@ -8,7 +8,10 @@ and several of them may arrive in one read. After a large frame the next read
 goes into a pooled buffer too, on the bet that another large frame follows
 (producers send runs of them): when it does, it stays where it landed (its
 size prefix at offset 0) instead of being copied out of staging; when it does
-not, that buffer is parsed like staging.
+not, that buffer is parsed like staging. Size prefixes are read, checked against
+socket.request.max.bytes and cut into frames by `protocol.frames.Framer`
+(the one framer, shared with the client); this module only decides which
+buffer the bytes land in.
 
 Ordering and pipelining: Kafka clients keep many requests in flight on one
 connection and match responses by correlation id, but expect them in request

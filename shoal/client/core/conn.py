@@ -11,7 +11,8 @@ Why it looks like this:
 * **Frames touch memory once.** A ``BufferedProtocol``: small responses share
   a staging buffer; a large one (a fetch of megabytes) is received straight
   into a buffer of its exact size, and its record sets come back as
-  memoryviews into it.
+  memoryviews into it. Sizes and frame bounds are `protocol.frames.Framer`'s,
+  the framer the broker uses too; this module only chooses the buffers.
 * **Versions.** The first request on every connection is ApiVersions; the
   connection then answers ``version(api)`` with the highest version both
   sides speak. An ApiVersions version the broker does not know is answered
