@@ -5,11 +5,15 @@ Kafka frames are `int32 size` + payload. A request payload is a request header
 the body; a response payload is a response header (v0, or v1 when flexible —
 except ApiVersions, always v0) and the body.
 
-`FrameReader` is sans-IO: feed it bytes as they arrive, take complete frames
-out. It rejects a frame whose declared size exceeds the limit before
-buffering it (`socket.request.max.bytes` on the broker), so a lying length
-costs nothing. Frames come out as memoryviews over one buffer, so decoding a
-1 MiB produce request copies its record batch zero times.
+`Framer` is the one place a size prefix is read: a sans-IO state machine over
+buffers its caller owns (the broker's `Connection` and the client's
+`BrokerConnection` keep only buffer management and I/O). It rejects a frame
+whose declared size is out of bounds before buffering it
+(`socket.request.max.bytes` on the broker), so a lying length costs nothing,
+and cuts frames out as memoryviews, so decoding a 1 MiB produce request
+received into a buffer of its own copies its record batch zero times; it
+lets the caller decide where a large frame's bytes go. `FrameReader` is its
+simplest caller: feed it bytes as they arrive, take complete frames out.
 """
 
 from __future__ import annotations
@@ -25,8 +29,122 @@ _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hhi")
 
 
+PREFIX = _SIZE.size  # bytes of a frame's size prefix
+
+
 class FrameTooLarge(ProtocolError):
     """A frame declared a size above the reader's limit (or a negative one)."""
+
+
+class Framer:
+    """Where frames begin and end in bytes the caller holds: the one size-prefix parser.
+
+    Sans-IO and copy-free by default: the caller owns every buffer, reads into
+    it, and shows the framer how far the bytes go; the framer reads size
+    prefixes, checks them, and cuts payloads out as memoryviews. The broker's
+    and the client's connections both frame through it, so the rules about
+    sizes live here once.
+
+    Two states:
+
+    * **Between frames** (``pos`` is the cursor in the caller's buffer, set by
+      the caller to where its bytes start). ``next(buf, n)`` returns the
+      payload of the whole frame at ``pos`` in ``buf[:n]`` and moves ``pos``
+      past it, or returns None when that frame is incomplete; ``partial`` is
+      then its declared payload size, or -1 while fewer than ``PREFIX`` bytes
+      of it are there. A declared size outside ``min_size..max_size`` raises
+      ``FrameTooLarge`` as soon as its prefix is seen, before any of the
+      payload is buffered, so a lying length costs nothing. Frames before the
+      bad one have been handed out already, one ``next`` at a time, so a
+      caller can answer them before it gives up on the stream.
+    * **Inside one frame whose bytes go where the caller chose** (a frame too
+      big for its staging buffer). ``receive_into`` moves the bytes already
+      seen into a buffer of the caller's and ``receive_in_place`` keeps them
+      where they lie; the payload then spans ``start:end`` of that buffer,
+      ``filled`` is how far it has arrived, ``window`` is where the next
+      bytes go and ``received`` counts them in, saying when the frame is whole.
+    """
+
+    __slots__ = ("end", "filled", "limit", "max_size", "min_size", "partial", "pos", "start")
+
+    def __init__(self, max_size: int, *, min_size: int = 0, limit: str = "the frame size limit") -> None:
+        self.max_size = max_size
+        self.min_size = min_size
+        self.limit = limit  # named in the error: "socket.request.max.bytes" on the broker
+        self.pos = 0
+        self.partial = -1
+        self.start = self.end = self.filled = 0
+
+    def _bad(self, size: int) -> FrameTooLarge:
+        if size < self.min_size:
+            return FrameTooLarge(f"frame of {size} bytes is below the minimum of {self.min_size}", offset=self.pos)
+        return FrameTooLarge(f"frame of {size} bytes exceeds {self.limit} {self.max_size}", offset=self.pos)
+
+    # -- between frames ------------------------------------------------------------
+    def next(self, buf: Any, n: int, copy: bool = False) -> memoryview | None:
+        """The payload of the frame at ``pos`` if ``buf[:n]`` holds all of it (then ``pos``
+        moves past it); None if not (see ``partial``). ``copy``: the payload gets bytes of
+        its own, for a buffer the caller reuses at once."""
+        pos = self.pos
+        if n - pos < 4:
+            self.partial = -1
+            return None
+        (size,) = _SIZE.unpack_from(buf, pos)
+        if size < self.min_size or size > self.max_size:
+            raise self._bad(size)
+        end = pos + 4 + size
+        if end > n:
+            self.partial = size
+            return None
+        self.pos = end
+        frame = memoryview(buf)[pos + 4 : end]
+        return memoryview(frame.tobytes()) if copy else frame
+
+    def peek(self, buf: Any, n: int) -> int:
+        """The declared payload size of the frame at ``pos`` (checked as ``next`` does), or -1
+        while ``buf[:n]`` holds less than its prefix; nothing is cut."""
+        if n - self.pos < 4:
+            self.partial = -1
+        else:
+            (size,) = _SIZE.unpack_from(buf, self.pos)
+            if size < self.min_size or size > self.max_size:
+                raise self._bad(size)
+            self.partial = size
+        return self.partial
+
+    # -- inside a frame received where the caller chose ------------------------------
+    def receive_into(self, src: Any, n: int, dst: Any) -> None:
+        """Receive the incomplete frame at ``pos`` into ``dst``: the part of its payload in
+        ``src[:n]`` is copied to the start of ``dst``, the rest goes after it. Everything in
+        ``src[:n]`` is then consumed (``pos == n``)."""
+        have = n - self.pos - 4
+        if have:
+            dst[:have] = memoryview(src)[self.pos + 4 : n]
+        self.start, self.end, self.filled = 0, self.partial, have
+        self.pos = n
+
+    def receive_in_place(self, n: int) -> bool:
+        """Receive the frame at ``pos`` (its size seen by ``peek`` or ``next``) where it lies:
+        its payload is ``start:end`` of the same buffer, ``n`` bytes of which have arrived.
+        True if the whole frame is there already (then ``end`` is where what follows it
+        starts); False if the next bytes go to ``window``."""
+        self.start = self.pos + 4
+        self.end = self.start + self.partial
+        self.filled = min(n, self.end)
+        return n >= self.end
+
+    def window(self, buf: Any) -> memoryview:
+        """Where the next bytes of the frame being received go."""
+        return memoryview(buf)[self.filled : self.end]
+
+    def received(self, nbytes: int) -> bool:
+        """``nbytes`` arrived in ``window``; True once the frame is whole (``start:end``)."""
+        self.filled += nbytes
+        return self.filled >= self.end
+
+    def payload(self, buf: Any) -> memoryview:
+        """The whole frame just received in ``buf``."""
+        return memoryview(buf)[self.start : self.end]
 
 
 class UnsupportedRequest(ProtocolError):
@@ -43,48 +161,49 @@ class UnsupportedRequest(ProtocolError):
 
 
 class FrameReader:
-    """Accumulates bytes and yields complete frame payloads (without the size)."""
+    """Accumulates bytes and yields complete frame payloads (without the size).
 
-    __slots__ = ("_buf", "_start", "max_size")
+    The simplest caller of ``Framer``: one growing ``bytearray``, every frame
+    copied out of it (a bytearray with exported views cannot be resized).
+    """
+
+    __slots__ = ("_buf", "_framer")
 
     def __init__(self, max_size: int = 104857600) -> None:
         self._buf = bytearray()
-        self._start = 0
-        self.max_size = max_size
+        self._framer = Framer(max_size)
+
+    @property
+    def max_size(self) -> int:
+        return self._framer.max_size
+
+    @max_size.setter
+    def max_size(self, value: int) -> None:
+        self._framer.max_size = value
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         """Add bytes; return every frame completed by them (possibly none)."""
         buf = self._buf
-        if self._start:
-            del buf[: self._start]
-            self._start = 0
+        framer = self._framer
+        if framer.pos:
+            del buf[: framer.pos]
+            framer.pos = 0
         buf += data
         frames: list[memoryview] = []
-        pos = 0
         n = len(buf)
-        while n - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 0 or size > self.max_size:
-                raise FrameTooLarge(f"frame size {size} outside 0..{self.max_size}", offset=pos)
-            if n - pos - 4 < size:
-                break
-            # One copy out of the shared buffer (a bytearray with exported
-            # views cannot be resized, so frames must own their bytes).
-            frames.append(memoryview(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        self._start = pos
+        while (frame := framer.next(buf, n, copy=True)) is not None:
+            frames.append(frame)
         return frames
 
     @property
     def pending(self) -> int:
         """Bytes buffered that do not yet form a complete frame."""
-        return len(self._buf) - self._start
+        return len(self._buf) - self._framer.pos
 
     def pending_size(self) -> int | None:
         """Declared size of the frame being accumulated, if its prefix arrived."""
-        if len(self._buf) - self._start >= 4:
-            return _SIZE.unpack_from(self._buf, self._start)[0]
-        return None
+        size = self._framer.partial
+        return size if size >= 0 else None
 
 
 @dataclass(slots=True)

@@ -8,7 +8,10 @@ and several of them may arrive in one read. After a large frame the next read
 goes into a pooled buffer too, on the bet that another large frame follows
 (producers send runs of them): when it does, it stays where it landed (its
 size prefix at offset 0) instead of being copied out of staging; when it does
-not, that buffer is parsed like staging.
+not, that buffer is parsed like staging. Size prefixes are read, checked against
+socket.request.max.bytes and cut into frames by `protocol.frames.Framer`
+(the one framer, shared with the client); this module only decides which
+buffer the bytes land in.
 
 Ordering and pipelining: Kafka clients keep many requests in flight on one
 connection and match responses by correlation id, but expect them in request
@@ -30,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import mmap
-import struct
 from collections import deque
 from typing import Any
 
@@ -38,7 +40,7 @@ from shoal.broker.net.buffers import FramePool
 from shoal.broker.net.contract import NO_RESPONSE, ConnectionOwner, RequestContext
 from shoal.protocol.api import api_by_name
 from shoal.protocol.exceptions import ProtocolError
-from shoal.protocol.frames import UnsupportedRequest, decode_request, encode_response
+from shoal.protocol.frames import PREFIX, Framer, UnsupportedRequest, decode_request, encode_response
 
 log = logging.getLogger("shoal.connection")
 # Every request in and answer out, at DEBUG (log.level=DEBUG), as Kafka's kafka.request.logger:
@@ -46,7 +48,6 @@ log = logging.getLogger("shoal.connection")
 trace = logging.getLogger("shoal.request")
 _API_VERSIONS = api_by_name("ApiVersions").key
 
-_SIZE = struct.Struct(">i")
 _STAGING = 256 * 1024
 # Staging pages touched past this are handed back to the kernel once staging is empty again.
 _STAGING_KEEP = 16 * 1024
@@ -82,10 +83,9 @@ class Connection(asyncio.BufferedProtocol):
         self._staged = 0  # bytes in staging
         self._staging_high = 0  # how far into staging data has landed since it was last released
         self._pool: FramePool = server.frame_pool
+        # Sizes and frame bounds: the framer's; which buffer the bytes land in: ours.
+        self._framer = Framer(self.max_frame, limit="socket.request.max.bytes")
         self._big: bytearray | None = None  # pooled buffer of the frame being received directly
-        self._big_start = 0  # where that frame starts in it (4 when received in place, after its size)
-        self._big_end = 0  # and ends (the buffer may be larger)
-        self._big_filled = 0  # bytes of the buffer received so far
         self._expect = 0  # size of the last large frame: the next read goes into a pooled buffer
         self._spec: bytearray | None = None  # that buffer, handed to the transport
         self._memory = server.request_memory  # queued.max.request.bytes, over all connections
@@ -147,10 +147,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big is not None:
-            return memoryview(self._big)[self._big_filled : self._big_end]
+            return self._framer.window(self._big)
         if self._expect and not self._staged:
             if self._spec is None:
-                self._spec = self._take(self._expect + 4)
+                self._spec = self._take(self._expect + PREFIX)
                 if self._spec is None:  # no request memory to bet with: read into staging
                     self._expect = 0
                     return memoryview(self._staging)[self._staged :]
@@ -163,10 +163,10 @@ class Connection(asyncio.BufferedProtocol):
             return  # nothing after a bad frame is read
         try:
             if self._big is not None:
-                self._big_filled += nbytes
-                if self._big_filled == self._big_end:
+                framer = self._framer
+                if framer.received(nbytes):
                     buf, self._big = self._big, None
-                    self._big_frame(buf, self._big_start, self._big_end)
+                    self._big_frame(buf, framer.start, framer.end)
                 return
             if self._spec is not None and not self._staged:
                 buf, self._spec = self._spec, None
@@ -188,13 +188,7 @@ class Connection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._update_reading()
 
-    # -- framing ---------------------------------------------------------------
-    def _frame_size(self, buf: bytearray, pos: int) -> int:
-        (size,) = _SIZE.unpack_from(buf, pos)
-        if size < 0 or size > self.max_frame:
-            raise ProtocolError(f"frame of {size} bytes exceeds socket.request.max.bytes {self.max_frame}")
-        return size
-
+    # -- framing (where the bytes go; sizes and bounds are the framer's) ---------------
     def _big_frame(self, buf: bytearray, start: int, end: int) -> None:
         """A large frame is complete in ``buf[start:end]``."""
         self._expect = end - start
@@ -206,28 +200,34 @@ class Connection(asyncio.BufferedProtocol):
 
     def _received_speculatively(self, buf: bytearray, n: int) -> None:
         """``n`` bytes landed at the start of a pooled buffer (see ``get_buffer``)."""
-        if n >= 4:
-            size = self._frame_size(buf, 0)
-            if size + 4 > _STAGING and size + 4 <= len(buf):  # the bet won: keep it in place
-                if n < size + 4:
-                    self._big, self._big_start, self._big_end, self._big_filled = buf, 4, size + 4, n
-                    return
-                extra = n - size - 4  # the read went past the frame: the rest goes to staging
-                if extra > _STAGING:
-                    # More than staging holds (a bytearray used to grow here, unbounded): the
-                    # rest is framed from a copy of its own.
-                    rest = bytearray(memoryview(buf)[size + 4 : n])
-                    self._staged = 0
-                    self._big_frame(buf, 4, size + 4)
-                    if not self._closed:
-                        self._drain(rest, extra)
-                    return
-                self._staging[:extra] = memoryview(buf)[size + 4 : n]
-                self._staged = extra
-                self._big_frame(buf, 4, size + 4)
-                if extra and not self._closed:
-                    self._drain_staging()
+        framer = self._framer
+        framer.pos = 0
+        try:
+            size = framer.peek(buf, n)
+        except ProtocolError:
+            self._give(buf)  # its bytes back to queued.max.request.bytes before we close
+            raise
+        if size + PREFIX > _STAGING and size + PREFIX <= len(buf):  # the bet won: keep it in place
+            if not framer.receive_in_place(n):
+                self._big = buf
                 return
+            start, end = framer.start, framer.end
+            extra = n - end  # the read went past the frame: the rest goes to staging
+            if extra > _STAGING:
+                # More than staging holds (a bytearray used to grow here, unbounded): the
+                # rest is framed from a copy of its own.
+                rest = bytearray(memoryview(buf)[end:n])
+                self._staged = 0
+                self._big_frame(buf, start, end)
+                if not self._closed:
+                    self._drain(rest, extra)
+                return
+            self._staging[:extra] = memoryview(buf)[end:n]
+            self._staged = extra
+            self._big_frame(buf, start, end)
+            if extra and not self._closed:
+                self._drain_staging()
+            return
         self._expect = 0
         try:
             self._drain(buf, n)
@@ -268,32 +268,29 @@ class Connection(asyncio.BufferedProtocol):
 
     def _drain(self, buf: bytearray, n: int) -> None:
         """Handle the whole frames in ``buf[:n]``; keep what follows for the next reads."""
-        pos = 0
+        framer = self._framer
+        framer.pos = 0
         staging = self._staging
-        while n - pos >= 4 and not self._closed and self._doomed is None:
-            size = self._frame_size(buf, pos)
-            if n - pos - 4 >= size:
-                frame = memoryview(buf)[pos + 4 : pos + 4 + size]
-                if buf is staging:  # reused at once: the frame gets a copy of its own
-                    frame = memoryview(bytes(frame))
-                self._on_frame(frame)
-                del frame
-                pos += 4 + size
-                continue
-            if size + 4 > _STAGING:
-                # Too big for staging: receive the rest straight into a buffer of its own, once
-                # queued.max.request.bytes has room (bytes that cannot go back to staging always do).
-                big = self._take(size, force=n - pos > _STAGING)
-                if big is None:
-                    self._wait_memory = True
-                    self._memory.wait(self)
-                    self._update_reading()
-                    break  # the frame's first bytes wait in staging
-                have = n - pos - 4
-                big[:have] = memoryview(buf)[pos + 4 : n]
-                self._big, self._big_start, self._big_end, self._big_filled = big, 0, size, have
-                pos = n
-            break
+        copy = buf is staging  # reused at once: each frame gets a copy of its own
+        while not self._closed and self._doomed is None:
+            frame = framer.next(buf, n, copy)
+            if frame is None:
+                size = framer.partial
+                if size + PREFIX > _STAGING:
+                    # Too big for staging: receive the rest straight into a buffer of its own, once
+                    # queued.max.request.bytes has room (bytes that cannot go back to staging always do).
+                    big = self._take(size, force=n - framer.pos > _STAGING)
+                    if big is None:
+                        self._wait_memory = True
+                        self._memory.wait(self)
+                        self._update_reading()
+                        break  # the frame's first bytes wait in staging
+                    framer.receive_into(buf, n, big)
+                    self._big = big
+                break
+            self._on_frame(frame)
+            del frame
+        pos = framer.pos
         rest = n - pos
         if rest and (pos or buf is not staging):
             staging[:rest] = buf[pos:n]

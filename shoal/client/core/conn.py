@@ -11,7 +11,8 @@ Why it looks like this:
 * **Frames touch memory once.** A ``BufferedProtocol``: small responses share
   a staging buffer; a large one (a fetch of megabytes) is received straight
   into a buffer of its exact size, and its record sets come back as
-  memoryviews into it.
+  memoryviews into it. Sizes and frame bounds are `protocol.frames.Framer`'s,
+  the framer the broker uses too; this module only chooses the buffers.
 * **Versions.** The first request on every connection is ApiVersions; the
   connection then answers ``version(api)`` with the highest version both
   sides speak. An ApiVersions version the broker does not know is answered
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +36,7 @@ from shoal.client.core.errors import KafkaConnectionError, KafkaTimeoutError, Un
 from shoal.protocol.api import Api, api, api_by_name
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
-from shoal.protocol.frames import decode_response, encode_request
+from shoal.protocol.frames import PREFIX, Framer, decode_response, encode_request, peek_correlation_id
 
 __all__ = ["SOFTWARE_NAME", "SOFTWARE_VERSION", "BrokerConnection", "resolve_api"]
 
@@ -45,7 +45,6 @@ log = logging.getLogger("shoal.client.core.conn")
 SOFTWARE_NAME = "shoal-python"
 SOFTWARE_VERSION = "0.1.0"
 
-_SIZE = struct.Struct(">i")
 _STAGING = 64 * 1024
 _MAX_RESPONSE = 1 << 30  # a response larger than 1 GiB is a broken stream
 _API_VERSIONS = api_by_name("ApiVersions").key
@@ -87,8 +86,9 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._pending: deque[tuple[int, _Pending]] = deque()
         self._staging = bytearray(_STAGING)
         self._staged = 0
-        self._big: bytearray | None = None
-        self._big_filled = 0
+        # A response is at least its correlation id; sizes and frame bounds are the framer's.
+        self._framer = Framer(_MAX_RESPONSE, min_size=4, limit="the client's response limit")
+        self._big: bytearray | None = None  # a response too big for staging, received straight into it
         self._closed = False
         self._close_reason: BaseException | None = None
         self._write_ready: asyncio.Future | None = None
@@ -271,17 +271,15 @@ class BrokerConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big is not None:
-            return memoryview(self._big)[self._big_filled :]
+            return self._framer.window(self._big)
         return memoryview(self._staging)[self._staged :]
 
     def buffer_updated(self, nbytes: int) -> None:
         try:
             if self._big is not None:
-                self._big_filled += nbytes
-                if self._big_filled == len(self._big):
-                    frame, self._big = self._big, None
-                    self._big_filled = 0
-                    self._on_frame(memoryview(frame))
+                if self._framer.received(nbytes):
+                    buf, self._big = self._big, None
+                    self._on_frame(self._framer.payload(buf))
                 return
             self._staged += nbytes
             self._drain_staging()
@@ -293,24 +291,20 @@ class BrokerConnection(asyncio.BufferedProtocol):
 
     def _drain_staging(self) -> None:
         buf = self._staging
-        pos = 0
         n = self._staged
-        while n - pos >= 4 and not self._closed:
-            (size,) = _SIZE.unpack_from(buf, pos)
-            if size < 4 or size > _MAX_RESPONSE:
-                raise ProtocolError(f"response frame of {size} bytes")
-            if n - pos - 4 >= size:
-                self._on_frame(memoryview(bytes(memoryview(buf)[pos + 4 : pos + 4 + size])))
-                pos += 4 + size
-                continue
-            if size + 4 > len(buf):
-                big = bytearray(size)
-                have = n - pos - 4
-                big[:have] = buf[pos + 4 : n]
-                self._big = big
-                self._big_filled = have
-                pos = n
-            break
+        framer = self._framer
+        framer.pos = 0
+        while not self._closed:
+            frame = framer.next(buf, n, copy=True)  # staging is reused: each frame gets its own bytes
+            if frame is None:
+                size = framer.partial
+                if size + PREFIX > len(buf):
+                    big = bytearray(size)
+                    framer.receive_into(buf, n, big)
+                    self._big = big
+                break
+            self._on_frame(frame)
+        pos = framer.pos
         if pos:
             rest = n - pos
             if rest:
@@ -321,7 +315,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         if not self._pending:
             raise ProtocolError("response with no request outstanding")
         corr, p = self._pending.popleft()
-        (got,) = _SIZE.unpack_from(frame, 0)
+        got = peek_correlation_id(frame)
         if got != corr:
             raise ProtocolError(f"correlation id {got} where {corr} was expected")
         if p.timer is not None:
