@@ -1,114 +1,22 @@
-"""Typed message objects generated from the specs at import time.
+"""The message classes, one per spec in `shoal/schemas/`: ``messages.ProduceRequest`` and friends.
 
-One slotted dataclass per struct of a message (the top level included), holding
-the union of fields of every version, with snake_case names and the spec's
-defaults — the same shape Kafka's generated `*Data` classes have. A codec for a
-given version reads and writes the fields that version has and leaves the
-others at their defaults. Nested struct classes hang off the top-level class
-(`ProduceRequest.TopicProduceData`) so two messages may both define a struct
-called `Topic` without clashing.
-
-Nothing here is written by hand per message: adding a field to a JSON file is
-all it takes.
+The classes are built on first use by `message_factory`; nothing here is written
+per message. Type checkers and IDEs read `messages.pyi` instead of this file: it
+is generated from the same specs (``python -m shoal.protocol.stubgen``) and
+declares every class with its fields and their Python types, and a test fails
+when it falls behind the specs.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import uuid
-from functools import cache
-from typing import Any
-
 from shoal.protocol import spec as _spec
+from shoal.protocol.message_factory import ZERO_UUID, MessageClass, classes_for, message_class
 
-ZERO_UUID = uuid.UUID(int=0)
-
-# A class generated at run time from a spec. Its fields and nested struct classes
-# (``ProduceRequest.TopicProduceData``) are attributes no checker can see, so to a
-# type checker a message class is Any; the specs are the source of its shape.
-MessageClass = Any
-
-_PY_TYPES: dict[str, Any] = {
-    "bool": bool,
-    "int8": int,
-    "int16": int,
-    "uint16": int,
-    "int32": int,
-    "uint32": int,
-    "int64": int,
-    "float64": float,
-    "string": str,
-    "bytes": bytes,
-    "uuid": uuid.UUID,
-    "records": "memoryview | bytes | None",
-}
-
-
-def _default_spec(f: _spec.FieldSpec, classes: dict[str, MessageClass]) -> Any:
-    if f.is_array:
-        if f.default is None:
-            return dataclasses.field(default=None)
-        return dataclasses.field(default_factory=list)
-    if f.struct is not None:
-        if f.default is None:
-            return dataclasses.field(default=None)
-        cls = classes[f.struct.name]
-        return dataclasses.field(default_factory=cls)
-    return dataclasses.field(default=f.default)
-
-
-def _make_struct(
-    message: _spec.MessageSpec, struct: _spec.StructSpec, classes: dict[str, MessageClass]
-) -> MessageClass:
-    if struct.name in classes:
-        return classes[struct.name]
-    for f in struct.fields:
-        if f.struct is not None:
-            _make_struct(message, f.struct, classes)
-    cls_fields = []
-    for f in struct.fields:
-        if f.is_array:
-            inner = f.struct.name if f.struct is not None else _PY_TYPES[f.element_type]
-            annotation: Any = f"list[{getattr(inner, '__name__', inner)}]"
-        elif f.struct is not None:
-            annotation = f.struct.name
-        else:
-            annotation = _PY_TYPES[f.type]
-        cls_fields.append((f.attr, annotation, _default_spec(f, classes)))
-    cls = dataclasses.make_dataclass(
-        struct.name,
-        cls_fields,
-        slots=True,
-        namespace={"__doc__": f"{message.name}: {struct.name} (generated from shoal/schemas/)."},
-    )
-    cls.__module__ = __name__
-    if struct is not message.struct:
-        cls.__qualname__ = f"{message.name}.{struct.name}"
-    classes[struct.name] = cls
-    return cls
-
-
-@cache
-def classes_for(name: str) -> dict[str, MessageClass]:
-    """All dataclasses of one spec file, keyed by struct name (top level included)."""
-    message = _spec.load(name)
-    classes: dict[str, MessageClass] = {}
-    top = _make_struct(message, message.struct, classes)
-    for struct_name, cls in classes.items():
-        if cls is not top and not hasattr(top, struct_name):
-            setattr(top, struct_name, cls)
-    top.SPEC = message
-    top.API_KEY = message.api_key
-    return classes
-
-
-def message_class(name: str) -> MessageClass:
-    """The top-level dataclass of a spec, e.g. message_class("ProduceRequest")."""
-    return classes_for(name)[_spec.load(name).name]
+__all__ = ["ZERO_UUID", "MessageClass", "classes_for", "message_class"]
 
 
 def __getattr__(name: str) -> MessageClass:
-    # protocol.messages.ProduceRequest and friends, built on first use.
+    # messages.ProduceRequest and friends, built on first use.
     try:
         _spec.load(name)
     except FileNotFoundError:

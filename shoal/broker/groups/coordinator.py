@@ -309,6 +309,10 @@ class GroupCoordinator:
             timer.cancel()
 
     # -- membership ------------------------------------------------------------------
+    def loaded_shards(self) -> list[GroupShard]:
+        """The shards this node serves now, in the order they were loaded (ListGroups walks them)."""
+        return [s for s in self.runtime.shards.values() if isinstance(s, GroupShard)]
+
     def _route(self, gid: str) -> tuple[int, GroupShard]:
         """The shard of a classic group id (a share group's id is GROUP_ID_NOT_FOUND here)."""
         if not gid:

@@ -14,9 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from shoal.broker.handlers.contract import Broker
+from shoal.broker.net.contract import RequestContext
 from shoal.protocol.api import api_by_name
 
-HandlerFn = Callable[[Any, Any, Any], Any]
+# (broker, context, request) -> response, an awaitable of one, or NO_RESPONSE. The request is
+# the message class of the handler's API (messages.ProduceRequest for Produce), hence Any here.
+HandlerFn = Callable[[Broker, RequestContext, Any], Any]
 
 
 @dataclass(frozen=True, slots=True)

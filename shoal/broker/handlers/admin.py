@@ -35,15 +35,13 @@ from shoal.broker.config.settings import (
     describe_topic_configs,
     validate_topic_configs,
 )
+from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.contract import Broker
+from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.topics import validate_topic_name
-from shoal.protocol.api import api_by_name
+from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
-
-_CT = api_by_name("CreateTopics")
-_DT = api_by_name("DeleteTopics")
-_CP = api_by_name("CreatePartitions")
-_DC = api_by_name("DescribeConfigs")
-_IAC = api_by_name("IncrementalAlterConfigs")
+from shoal.protocol.messages import ZERO_UUID
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -51,7 +49,7 @@ RESOURCE_GROUP = 32
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
-def _check_replication(broker: Any, replication_factor: int, assignments: list | None) -> None:
+def _check_replication(broker: Broker, replication_factor: int, assignments: list | None) -> None:
     if replication_factor not in (-1, 1) and not assignments:
         raise KafkaErrorResponse(
             ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -74,7 +72,7 @@ def _config_dict(items: Any) -> dict[str, str | None]:
 STEP_BUDGET_S = 0.002  # partition opening done in one turn of the event loop, at most (about 6 partitions)
 
 
-def _checked(broker: Any, name: str, num_partitions: int, configs: dict[str, str | None]) -> tuple[int, dict]:
+def _checked(broker: Broker, name: str, num_partitions: int, configs: dict[str, str | None]) -> tuple[int, dict]:
     if num_partitions == -1:
         num_partitions = broker.config.get("num.partitions")
     broker.topics.check_create(name, num_partitions)
@@ -85,7 +83,7 @@ def _checked(broker: Any, name: str, num_partitions: int, configs: dict[str, str
     return num_partitions, {k: v for k, v in configs.items() if typed.get(k) is not None}
 
 
-def create_topic(broker: Any, name: str, num_partitions: int, configs: dict[str, str | None]) -> Any:
+def create_topic(broker: Broker, name: str, num_partitions: int, configs: dict[str, str | None]) -> Any:
     """Validate and create a topic at once; raises KafkaErrorResponse. For Metadata's auto-creation
     (``num.partitions`` partitions); CreateTopics creates in steps."""
     n, overrides = _checked(broker, name, num_partitions, configs)
@@ -109,7 +107,7 @@ async def _drive(steps: Generator[None, None, Any]) -> Any:
         steps.close()
 
 
-def _check_request_room(broker: Any, so_far: int, more: int) -> None:
+def _check_request_room(broker: Broker, so_far: int, more: int) -> None:
     cap = broker.config.get("max.partitions.per.request")
     if so_far + more > cap:
         raise KafkaErrorResponse(
@@ -118,8 +116,8 @@ def _check_request_room(broker: Any, so_far: int, more: int) -> None:
         )
 
 
-async def handle_create_topics(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _CT.response_class()
+async def handle_create_topics(broker: Broker, ctx: RequestContext, req: messages.CreateTopicsRequest) -> Any:
+    cls = messages.CreateTopicsResponse
     results = []
     created = 0  # partitions this request created (or would, validating)
     seen: dict[str, int] = {}
@@ -166,7 +164,7 @@ async def handle_create_topics(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(throttle_time_ms=0, topics=results)
 
 
-def _created_configs(cls: Any, broker: Any, overrides: dict) -> list:
+def _created_configs(cls: Any, broker: Broker, overrides: dict) -> list:
     return [
         cls.CreatableTopicConfigs(
             name=e.name,
@@ -179,12 +177,12 @@ def _created_configs(cls: Any, broker: Any, overrides: dict) -> list:
     ]
 
 
-def handle_delete_topics(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _DT.response_class()
-    if ctx.api_version >= 6:
+def handle_delete_topics(broker: Broker, ctx: RequestContext, req: messages.DeleteTopicsRequest) -> Any:
+    cls = messages.DeleteTopicsResponse
+    if ctx.api_version >= 6:  # (name, id): a topic by either; a null name looks the id up
         wanted = [(t.name, t.topic_id) for t in req.topics]
     else:
-        wanted = [(n, None) for n in req.topic_names]
+        wanted = [(n, ZERO_UUID) for n in req.topic_names]
     out = []
     for name, topic_id in wanted:
         r = cls.DeletableTopicResult(name=name, error_message=None)
@@ -208,8 +206,8 @@ def handle_delete_topics(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(throttle_time_ms=0, responses=out)
 
 
-async def handle_create_partitions(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _CP.response_class()
+async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: messages.CreatePartitionsRequest) -> Any:
+    cls = messages.CreatePartitionsResponse
     out = []
     created = 0
     for t in req.topics:
@@ -254,8 +252,8 @@ async def handle_create_partitions(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(throttle_time_ms=0, results=out)
 
 
-def handle_describe_configs(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _DC.response_class()
+def handle_describe_configs(broker: Broker, ctx: RequestContext, req: messages.DescribeConfigsRequest) -> Any:
+    cls = messages.DescribeConfigsResponse
     results = []
     for res in req.resources:
         r = cls.DescribeConfigsResult(
@@ -343,7 +341,7 @@ def apply_alter_ops(current: dict[str, str], ops: Any, defs: ConfigDef) -> dict[
                 )
             start = new.get(op.name)
             if start is None:
-                start = render_value(key.default) if key.default is not None else ""
+                start = render_value(key.default) or ""  # no default: start from nothing
             items = [x for x in start.split(",") if x]
             values = [x for x in op.value.split(",") if x]
             if code == OP_APPEND:
@@ -356,8 +354,10 @@ def apply_alter_ops(current: dict[str, str], ops: Any, defs: ConfigDef) -> dict[
     return new
 
 
-def handle_incremental_alter_configs(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _IAC.response_class()
+def handle_incremental_alter_configs(
+    broker: Broker, ctx: RequestContext, req: messages.IncrementalAlterConfigsRequest
+) -> Any:
+    cls = messages.IncrementalAlterConfigsResponse
     out = []
     # As Kafka's ConfigAdminManager.preprocess: every copy of a resource named twice is refused
     # and none of them applied.
@@ -395,7 +395,7 @@ def handle_incremental_alter_configs(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(throttle_time_ms=0, responses=out)
 
 
-def register(table: Any) -> None:
+def register(table: HandlerTable) -> None:
     table.add("CreateTopics", handle_create_topics)
     table.add("DeleteTopics", handle_delete_topics)
     table.add("CreatePartitions", handle_create_partitions)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shoal.protocol.api import api_by_name
+from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.contract import Broker
+from shoal.broker.net.contract import RequestContext
+from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode
 
-_API = api_by_name("ApiVersions")
 
-
-def body(broker: Any, error_code: int = 0) -> Any:
-    cls = _API.response_class()
+def body(broker: Broker, error_code: int = 0) -> Any:
+    cls = messages.ApiVersionsResponse
     return cls(
         error_code=error_code,
         api_keys=[
@@ -23,7 +24,7 @@ def body(broker: Any, error_code: int = 0) -> Any:
     )
 
 
-def handle(broker: Any, ctx: Any, req: Any) -> Any:
+def handle(broker: Broker, ctx: RequestContext, req: messages.ApiVersionsRequest) -> Any:
     if ctx.api_version >= 3 and not _valid_software(req):
         return body(broker, ErrorCode.INVALID_REQUEST)
     return body(broker)
@@ -37,5 +38,5 @@ def _valid_software(req: Any) -> bool:
     return all(_SOFTWARE.fullmatch(v or "") for v in (req.client_software_name, req.client_software_version))
 
 
-def register(table: Any) -> None:
+def register(table: HandlerTable) -> None:
     table.add("ApiVersions", handle)

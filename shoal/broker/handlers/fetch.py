@@ -22,13 +22,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from shoal.broker.partition.fetch_session import PartitionRequest, PartitionResult
+from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.contract import Broker
+from shoal.broker.net.contract import RequestContext
+from shoal.broker.partition.fetch_session import PartitionKey, PartitionRequest, PartitionResult
 from shoal.broker.partition.partition import LEADER_EPOCH, fetch_key
 from shoal.broker.timing.purgatory import DelayedOperation
-from shoal.protocol.api import api_by_name
+from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
-_F = api_by_name("Fetch")
 ZERO_UUID = uuid.UUID(int=0)
 READ_COMMITTED = 1
 
@@ -46,7 +48,7 @@ class _Read:
 class FetchOperation:
     """One Fetch request: what to read, and how to turn reads into a response."""
 
-    def __init__(self, broker: Any, req: Any, version: int, context: Any) -> None:
+    def __init__(self, broker: Broker, req: messages.FetchRequest, version: int, context: Any) -> None:
         self.broker = broker
         self.req = req
         self.version = version
@@ -132,7 +134,7 @@ class FetchOperation:
         )
 
     def response(self, reads: dict) -> Any:
-        cls = _F.response_class()
+        cls = messages.FetchResponse
         results = {
             key: PartitionResult(
                 high_watermark=r.high_watermark,
@@ -209,10 +211,10 @@ class DelayedFetch(DelayedOperation):
         pass
 
 
-def handle_fetch(broker: Any, ctx: Any, req: Any) -> Any:
+def handle_fetch(broker: Broker, ctx: RequestContext, req: messages.FetchRequest) -> Any:
     version = ctx.api_version
     uses_ids = version >= 13
-    wanted: dict[tuple[Any, int], PartitionRequest] = {}
+    wanted: dict[PartitionKey, PartitionRequest] = {}
     for t in req.topics:
         ref = t.topic_id if uses_ids else t.topic
         for p in t.partitions:
@@ -223,7 +225,7 @@ def handle_fetch(broker: Any, ctx: Any, req: Any) -> Any:
                 current_leader_epoch=p.current_leader_epoch,
                 last_fetched_epoch=p.last_fetched_epoch,
             )
-    forgotten = []
+    forgotten: list[PartitionKey] = []
     for ft in req.forgotten_topics_data:
         ref = ft.topic_id if uses_ids else ft.topic
         forgotten.extend((ref, i) for i in ft.partitions)
@@ -231,7 +233,7 @@ def handle_fetch(broker: Any, ctx: Any, req: Any) -> Any:
     context = broker.fetch_sessions.new_context(
         session_id, epoch, wanted, forgotten, uses_topic_ids=uses_ids, now_ms=broker.clock.monotonic_ms()
     )
-    cls = _F.response_class()
+    cls = messages.FetchResponse
     if context.error_code:
         return cls(throttle_time_ms=0, error_code=context.error_code, session_id=0, responses=[])
     op = FetchOperation(broker, req, version, context)
@@ -244,5 +246,5 @@ def handle_fetch(broker: Any, ctx: Any, req: Any) -> Any:
     return future
 
 
-def register(table: Any) -> None:
+def register(table: HandlerTable) -> None:
     table.add("Fetch", handle_fetch)

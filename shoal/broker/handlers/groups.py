@@ -13,27 +13,18 @@ import binascii
 from typing import Any
 
 from shoal.broker.groups.classic import GroupState, JoinParams
+from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
-from shoal.protocol.api import api_by_name
+from shoal.broker.net.contract import RequestContext
+from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
-
-_FC = api_by_name("FindCoordinator")
-_JG = api_by_name("JoinGroup")
-_SG = api_by_name("SyncGroup")
-_HB = api_by_name("Heartbeat")
-_LG = api_by_name("LeaveGroup")
-_OC = api_by_name("OffsetCommit")
-_OF = api_by_name("OffsetFetch")
-_OD = api_by_name("OffsetDelete")
-_DG = api_by_name("DescribeGroups")
-_LS = api_by_name("ListGroups")
-_DEL = api_by_name("DeleteGroups")
 
 KEY_GROUP, KEY_TRANSACTION, KEY_SHARE = 0, 1, 2
 
 
-def handle_find_coordinator(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _FC.response_class()
+def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: messages.FindCoordinatorRequest) -> Any:
+    cls = messages.FindCoordinatorResponse
     keys = req.coordinator_keys if ctx.api_version >= 4 else [req.key]
     results = []
     for key in keys:
@@ -89,8 +80,8 @@ def _valid_share_key(key: str) -> bool:
     return len(tid) == 22 and len(raw) == 16 and partition.isdigit()
 
 
-async def handle_join_group(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _JG.response_class()
+async def handle_join_group(broker: Broker, ctx: RequestContext, req: messages.JoinGroupRequest) -> Any:
+    cls = messages.JoinGroupResponse
     bad = id_error(req.group_id, req.member_id, req.group_instance_id)
     if bad is not None:
         return cls(
@@ -132,8 +123,8 @@ async def handle_join_group(broker: Any, ctx: Any, req: Any) -> Any:
     return resp
 
 
-async def handle_sync_group(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _SG.response_class()
+async def handle_sync_group(broker: Broker, ctx: RequestContext, req: messages.SyncGroupRequest) -> Any:
+    cls = messages.SyncGroupResponse
     bad = id_error(req.group_id, req.member_id, req.group_instance_id)
     if bad is not None:
         return cls(throttle_time_ms=0, error_code=bad[0], assignment=b"")
@@ -157,13 +148,13 @@ async def handle_sync_group(broker: Any, ctx: Any, req: Any) -> Any:
     )
 
 
-def handle_heartbeat(broker: Any, ctx: Any, req: Any) -> Any:
+def handle_heartbeat(broker: Broker, ctx: RequestContext, req: messages.HeartbeatRequest) -> Any:
     error = broker.groups.heartbeat(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
-    return _HB.response_class()(throttle_time_ms=0, error_code=error)
+    return messages.HeartbeatResponse(throttle_time_ms=0, error_code=error)
 
 
-def handle_leave_group(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _LG.response_class()
+def handle_leave_group(broker: Broker, ctx: RequestContext, req: messages.LeaveGroupRequest) -> Any:
+    cls = messages.LeaveGroupResponse
     if ctx.api_version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
@@ -180,8 +171,8 @@ def handle_leave_group(broker: Any, ctx: Any, req: Any) -> Any:
     )
 
 
-async def handle_offset_commit(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _OC.response_class()
+async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: messages.OffsetCommitRequest) -> Any:
+    cls = messages.OffsetCommitResponse
     by_id = ctx.api_version >= 10
     wanted: list[tuple[str, int, int, int, str | None]] = []
     names: list[tuple[Any, Any]] = []
@@ -207,36 +198,29 @@ async def handle_offset_commit(broker: Any, ctx: Any, req: Any) -> Any:
         errors = [e.code] * len(wanted)
     topics: dict[int, Any] = {}
     out = []
-    for (t, p), e in zip(names, errors):
+    for (t, p), code in zip(names, errors):
         tr = topics.get(id(t))
         if tr is None:
             tr = cls.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id)
             topics[id(t)] = tr
             out.append(tr)
         if by_id and t.topic_id in unknown_ids:
-            e = ErrorCode.UNKNOWN_TOPIC_ID
-        tr.partitions.append(cls.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=e))
+            code = ErrorCode.UNKNOWN_TOPIC_ID
+        tr.partitions.append(cls.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code))
     return cls(throttle_time_ms=0, topics=out)
 
 
-def handle_offset_fetch(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _OF.response_class()
+def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: messages.OffsetFetchRequest) -> Any:
+    cls = messages.OffsetFetchResponse
     v = ctx.api_version
+    groups: list[tuple[str, list[tuple[str, list[int]]] | None]]  # (group, [(topic, partitions)] or None: all)
     if v >= 8:
-        groups = [(g.group_id, g.topics) for g in req.groups]
+        groups = [(g.group_id, _wanted_in_group(broker, g.topics, v)) for g in req.groups]
     else:
-        groups = [(req.group_id, req.topics)]
+        topics = req.topics
+        groups = [(req.group_id, None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics])]
     results = []
-    for gid, topics in groups:
-        if topics is None:
-            wanted = None
-        elif v >= 10:
-            wanted = []
-            for t in topics:
-                topic = broker.topics.by_id(t.topic_id)
-                wanted.append((topic.name if topic else "", list(t.partition_indexes)))
-        else:
-            wanted = [(t.name, list(t.partition_indexes)) for t in topics]
+    for gid, wanted in groups:
         try:
             error, found = broker.groups.fetch_offsets(gid, wanted)
         except KafkaErrorResponse as e:
@@ -256,7 +240,22 @@ def handle_offset_fetch(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(throttle_time_ms=0, error_code=error, topics=_fetched_topics(cls, broker, found, v, False))
 
 
-def _fetched_topics(cls: Any, broker: Any, found: dict, v: int, grouped: bool) -> list:
+def _wanted_in_group(
+    broker: Broker, topics: list[messages.OffsetFetchRequest.OffsetFetchRequestTopics] | None, v: int
+) -> list[tuple[str, list[int]]] | None:
+    """The partitions one group of an OffsetFetch (v8+) asks for, by topic name; None asks for all."""
+    if topics is None:
+        return None
+    if v < 10:
+        return [(t.name, list(t.partition_indexes)) for t in topics]
+    wanted = []
+    for t in topics:
+        topic = broker.topics.by_id(t.topic_id)
+        wanted.append((topic.name if topic else "", list(t.partition_indexes)))
+    return wanted
+
+
+def _fetched_topics(cls: Any, broker: Broker, found: dict, v: int, grouped: bool) -> list:
     by_topic: dict[str, Any] = {}
     topic_cls = cls.OffsetFetchResponseTopics if grouped else cls.OffsetFetchResponseTopic
     part_cls = cls.OffsetFetchResponsePartitions if grouped else cls.OffsetFetchResponsePartition
@@ -285,8 +284,8 @@ def _fetched_topics(cls: Any, broker: Any, found: dict, v: int, grouped: bool) -
     return list(by_topic.values())
 
 
-async def handle_offset_delete(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _OD.response_class()
+async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: messages.OffsetDeleteRequest) -> Any:
+    cls = messages.OffsetDeleteResponse
     partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     try:
         error, errors = await broker.groups.delete_offsets(req.group_id, partitions)
@@ -295,14 +294,14 @@ async def handle_offset_delete(broker: Any, ctx: Any, req: Any) -> Any:
     if error:
         return cls(error_code=error, throttle_time_ms=0)
     out: dict[str, Any] = {}
-    for (name, index), e in zip(partitions, errors):
+    for (name, index), code in zip(partitions, errors):
         tr = out.setdefault(name, cls.OffsetDeleteResponseTopic(name=name))
-        tr.partitions.append(cls.OffsetDeleteResponsePartition(partition_index=index, error_code=e))
+        tr.partitions.append(cls.OffsetDeleteResponsePartition(partition_index=index, error_code=code))
     return cls(error_code=0, throttle_time_ms=0, topics=list(out.values()))
 
 
-def handle_describe_groups(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _DG.response_class()
+def handle_describe_groups(broker: Broker, ctx: RequestContext, req: messages.DescribeGroupsRequest) -> Any:
+    cls = messages.DescribeGroupsResponse
     out = []
     for gid in req.groups:
         d = cls.DescribedGroup(group_id=gid)
@@ -342,12 +341,12 @@ def handle_describe_groups(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(throttle_time_ms=0, groups=out)
 
 
-def handle_list_groups(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _LS.response_class()
+def handle_list_groups(broker: Broker, ctx: RequestContext, req: messages.ListGroupsRequest) -> Any:
+    cls = messages.ListGroupsResponse
     states = {s.lower() for s in req.states_filter} if ctx.api_version >= 4 else set()
     types = {t.lower() for t in req.types_filter} if ctx.api_version >= 5 else set()
     out = []
-    for shard in broker.groups.runtime.shards.values():
+    for shard in broker.groups.loaded_shards():
         for gid, g in shard.groups.items():
             if g.state == GroupState.DEAD:
                 continue
@@ -370,8 +369,8 @@ def handle_list_groups(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(throttle_time_ms=0, error_code=0, groups=out)
 
 
-async def handle_delete_groups(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _DEL.response_class()
+async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: messages.DeleteGroupsRequest) -> Any:
+    cls = messages.DeleteGroupsResponse
     errors = await broker.groups.delete_groups(list(req.groups_names))
     return cls(
         throttle_time_ms=0,
@@ -379,7 +378,7 @@ async def handle_delete_groups(broker: Any, ctx: Any, req: Any) -> Any:
     )
 
 
-def register(table: Any) -> None:
+def register(table: HandlerTable) -> None:
     table.add("FindCoordinator", handle_find_coordinator)
     table.add("JoinGroup", handle_join_group)
     table.add("SyncGroup", handle_sync_group)

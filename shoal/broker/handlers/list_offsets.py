@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.contract import Broker
+from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.partition import LEADER_EPOCH
-from shoal.protocol.api import api_by_name
+from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
-
-_LO = api_by_name("ListOffsets")
 
 LATEST = -1
 EARLIEST = -2
@@ -22,8 +23,8 @@ LATEST_TIERED = -5
 EARLIEST_PENDING_UPLOAD = -6
 
 
-def handle_list_offsets(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _LO.response_class()
+def handle_list_offsets(broker: Broker, ctx: RequestContext, req: messages.ListOffsetsRequest) -> Any:
+    cls = messages.ListOffsetsResponse
     read_committed = req.isolation_level == 1
     topics = []
     for t in req.topics:
@@ -75,5 +76,5 @@ def _lookup(partition: Any, ts: int, read_committed: bool, pr: Any) -> None:
                 pr.offset, pr.timestamp = offset, stamp
 
 
-def register(table: Any) -> None:
+def register(table: HandlerTable) -> None:
     table.add("ListOffsets", handle_list_offsets)

@@ -23,18 +23,19 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.contract import Broker
+from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.partition import LEADER_EPOCH
 from shoal.broker.partition.topics import INTERNAL_TOPICS, validate_topic_name
-from shoal.protocol.api import api_by_name
+from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
-_MD = api_by_name("Metadata")
-_DC = api_by_name("DescribeCluster")
 NO_LEADER = -1
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def topic_metadata(broker: Any, topic: Any, cls: Any) -> Any:
+def topic_metadata(broker: Broker, topic: Any, cls: Any) -> Any:
     node = broker.node_id
     return cls.MetadataResponseTopic(
         error_code=0,
@@ -66,8 +67,8 @@ def topic_metadata(broker: Any, topic: Any, cls: Any) -> Any:
     )
 
 
-def handle_metadata(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _MD.response_class()
+def handle_metadata(broker: Broker, ctx: RequestContext, req: messages.MetadataRequest) -> Any:
+    cls = messages.MetadataResponse
     topics = broker.topics
     out = []
     if req.topics is None:
@@ -119,8 +120,8 @@ def handle_metadata(broker: Any, ctx: Any, req: Any) -> Any:
     )
 
 
-def handle_describe_cluster(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _DC.response_class()
+def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: messages.DescribeClusterRequest) -> Any:
+    cls = messages.DescribeClusterResponse
     if ctx.api_version >= 1 and req.endpoint_type != 1:
         # Shoal has no separate controller listener: only brokers (type 1) are described.
         return cls(
@@ -138,6 +139,6 @@ def handle_describe_cluster(broker: Any, ctx: Any, req: Any) -> Any:
     )
 
 
-def register(table: Any) -> None:
+def register(table: HandlerTable) -> None:
     table.add("Metadata", handle_metadata)
     table.add("DescribeCluster", handle_describe_cluster)

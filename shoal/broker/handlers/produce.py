@@ -26,17 +26,17 @@ import functools
 import uuid
 from typing import Any
 
-from shoal.broker.net.contract import NO_RESPONSE
-from shoal.protocol.api import api_by_name
+from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.contract import Broker
+from shoal.broker.net.contract import NO_RESPONSE, RequestContext
+from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
 
-_PR = api_by_name("Produce")
-_IP = api_by_name("InitProducerId")
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def handle_produce(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _PR.response_class()
+def handle_produce(broker: Broker, ctx: RequestContext, req: messages.ProduceRequest) -> Any:
+    cls = messages.ProduceResponse
     acks = req.acks
     now = broker.clock.now_ms()
     version = ctx.api_version
@@ -56,14 +56,12 @@ def handle_produce(broker: Any, ctx: Any, req: Any) -> Any:
         for pd in td.partition_data:
             pr = cls.PartitionProduceResponse(index=pd.index)
             tr.partition_responses.append(pr)
-            partition = None
-            if topic is not None and 0 <= pd.index < len(topic.partitions):
-                partition = topic.partitions[pd.index]
-            if partition is None:
+            if topic is None or not 0 <= pd.index < len(topic.partitions):
                 pr.error_code = missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 pr.base_offset = -1
                 any_error = True
                 continue
+            partition = topic.partitions[pd.index]
             if acks not in (0, 1, -1):
                 pr.error_code, pr.base_offset = ErrorCode.INVALID_REQUIRED_ACKS, -1
                 any_error = True
@@ -110,7 +108,7 @@ def _storage_error(pr: Any, error: BaseException) -> None:
 
 
 def _after_write(
-    broker: Any, pending: list[tuple[Any, asyncio.Future]], written: list[tuple[Any, Any, int]], body: Any
+    broker: Broker, pending: list[tuple[Any, asyncio.Future]], written: list[tuple[Any, Any, int]], body: Any
 ) -> asyncio.Future:
     """A future of the response, set once the writes in flight are done and, for
     acks=-1, fsynced. Chained callbacks rather than a coroutine: no Task per request.
@@ -158,8 +156,8 @@ def _after_write(
     return answer
 
 
-def handle_init_producer_id(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _IP.response_class()
+def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: messages.InitProducerIdRequest) -> Any:
+    cls = messages.InitProducerIdResponse
     if req.transactional_id is not None:
         return cls(
             error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -173,6 +171,6 @@ def handle_init_producer_id(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(error_code=0, producer_id=pid, producer_epoch=epoch)
 
 
-def register(table: Any) -> None:
+def register(table: HandlerTable) -> None:
     table.add("Produce", handle_produce)
     table.add("InitProducerId", handle_init_producer_id)

@@ -27,15 +27,16 @@ import asyncio
 import uuid
 from typing import Any
 
+from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
+from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.partition import fetch_key
+from shoal.broker.share.partition_manager import Entry
 from shoal.broker.share.session import ContextKind, SessionError
 from shoal.broker.timing.purgatory import DelayedOperation
-from shoal.protocol.api import api_by_name
+from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
-
-_SF = api_by_name("ShareFetch")
-_SA = api_by_name("ShareAcknowledge")
 
 RENEW = 4
 BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
@@ -55,7 +56,7 @@ def _acks(topics: Any) -> dict[PKey, list[tuple[int, int, list[int]]]]:
 
 
 async def _apply_acks(
-    broker: Any, gid: str, member: str, acks: dict[PKey, list], renew_ok: bool, renew_enabled: bool
+    broker: Broker, gid: str, member: str, acks: dict[PKey, list], renew_ok: bool, renew_enabled: bool
 ) -> dict[PKey, tuple[int, str | None]]:
     mgr = broker.share_partitions
     out: dict[PKey, tuple[int, str | None]] = {}
@@ -84,7 +85,7 @@ async def _apply_acks(
 class ShareFetchOperation:
     """The fetch half of one ShareFetch: which partitions, and what was acquired."""
 
-    def __init__(self, broker: Any, gid: str, member: str, req: Any, version: int) -> None:
+    def __init__(self, broker: Broker, gid: str, member: str, req: messages.ShareFetchRequest, version: int) -> None:
         self.broker = broker
         self.gid, self.member = gid, member
         # The share session this fetch belongs to: once it is closed, replaced or evicted
@@ -94,7 +95,7 @@ class ShareFetchOperation:
         self.max_bytes = req.max_bytes
         self.batch_optimized = version < 2 or req.share_acquire_mode != RECORD_LIMIT
         self.batch_size = req.batch_size if req.batch_size > 0 else None
-        self.entries: dict[PKey, Any] = {}
+        self.entries: dict[PKey, Entry] = {}
         self.errors: dict[PKey, tuple[int, str | None]] = {}
         self.acquired: dict[PKey, Any] = {}
 
@@ -181,16 +182,16 @@ class DelayedShareFetch(DelayedOperation):
         pass
 
 
-def _leader(cls: Any, broker: Any) -> Any:
+def _leader(cls: Any, broker: Broker) -> Any:
     return cls.LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=0)
 
 
-def _endpoints(cls: Any, broker: Any) -> list:
+def _endpoints(cls: Any, broker: Broker) -> list:
     return [cls.NodeEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)]
 
 
-async def handle_share_fetch(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _SF.response_class()
+async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.ShareFetchRequest) -> Any:
+    cls = messages.ShareFetchResponse
     version = ctx.api_version
     mgr = broker.share_partitions
     gid, member = req.group_id, req.member_id
@@ -293,8 +294,8 @@ async def handle_share_fetch(broker: Any, ctx: Any, req: Any) -> Any:
     )
 
 
-async def handle_share_acknowledge(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _SA.response_class()
+async def handle_share_acknowledge(broker: Broker, ctx: RequestContext, req: messages.ShareAcknowledgeRequest) -> Any:
+    cls = messages.ShareAcknowledgeResponse
     version = ctx.api_version
     mgr = broker.share_partitions
     gid, member = req.group_id, req.member_id
@@ -343,6 +344,6 @@ async def handle_share_acknowledge(broker: Any, ctx: Any, req: Any) -> Any:
     return out
 
 
-def register(table: Any) -> None:
+def register(table: HandlerTable) -> None:
     table.add("ShareFetch", handle_share_fetch)
     table.add("ShareAcknowledge", handle_share_acknowledge)

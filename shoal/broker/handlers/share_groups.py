@@ -25,27 +25,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
-from shoal.protocol.api import api_by_name
+from shoal.broker.net.contract import RequestContext
+from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+
+if TYPE_CHECKING:
+    from shoal.broker.share_coordinator.service import ShareCoordinator
 
 log = logging.getLogger("shoal.share.groups")
 
-_HB = api_by_name("ShareGroupHeartbeat")
-_DESC = api_by_name("ShareGroupDescribe")
-_DSO = api_by_name("DescribeShareGroupOffsets")
-_ASO = api_by_name("AlterShareGroupOffsets")
-_DELO = api_by_name("DeleteShareGroupOffsets")
 
 NO_TOPIC_ID = uuid.UUID(int=0)
 AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)
 ASSIGNOR_NAME = "simple"
 
 
-async def handle_share_group_heartbeat(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _HB.response_class()
+async def handle_share_group_heartbeat(
+    broker: Broker, ctx: RequestContext, req: messages.ShareGroupHeartbeatRequest
+) -> Any:
+    cls = messages.ShareGroupHeartbeatResponse
     bad = id_error(req.group_id, req.member_id)
     if bad is not None:
         return cls(throttle_time_ms=0, error_code=bad[0], error_message=bad[1], member_id=None, member_epoch=0)
@@ -78,13 +81,15 @@ async def handle_share_group_heartbeat(broker: Any, ctx: Any, req: Any) -> Any:
     )
 
 
-def _topic_name(broker: Any, topic_id: Any) -> str:
+def _topic_name(broker: Broker, topic_id: Any) -> str:
     t = broker.topics.by_id(topic_id)
     return t.name if t is not None else ""
 
 
-async def handle_share_group_describe(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _DESC.response_class()
+async def handle_share_group_describe(
+    broker: Broker, ctx: RequestContext, req: messages.ShareGroupDescribeRequest
+) -> Any:
+    cls = messages.ShareGroupDescribeResponse
     out = []
     for gid in req.group_ids:
         d = cls.DescribedGroup(group_id=gid, authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
@@ -124,8 +129,10 @@ async def handle_share_group_describe(broker: Any, ctx: Any, req: Any) -> Any:
 # -- share offsets admin ------------------------------------------------------------------
 
 
-async def handle_describe_share_group_offsets(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _DSO.response_class()
+async def handle_describe_share_group_offsets(
+    broker: Broker, ctx: RequestContext, req: messages.DescribeShareGroupOffsetsRequest
+) -> Any:
+    cls = messages.DescribeShareGroupOffsetsResponse
     service = broker.groups.share
     sc = broker.share_coordinator
     groups = []
@@ -172,29 +179,32 @@ async def handle_describe_share_group_offsets(broker: Any, ctx: Any, req: Any) -
     return cls(throttle_time_ms=0, groups=groups)
 
 
-def _empty_group(broker: Any, gid: str) -> tuple[int, Any, Any]:
-    """The share group `gid` for an offsets change: it must be empty, and a share coordinator must exist."""
+def _empty_group(broker: Broker, gid: str) -> tuple[ShareCoordinator, int, Any, Any]:
+    """The share group `gid` for an offsets change: it must be empty, and a share coordinator must exist
+    (returned first)."""
     p, shard, g = broker.groups.share.find(gid)
     if g.members:
         raise KafkaErrorResponse(ErrorCode.NON_EMPTY_GROUP, f"Share group {gid} is not empty.")
     if broker.share_coordinator is None:
         raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
-    return p, shard, g
+    return broker.share_coordinator, p, shard, g
 
 
-def _group_to_alter(broker: Any, gid: str) -> tuple[int, Any, Any, bool]:
-    """The share group whose offsets AlterShareGroupOffsets sets: existing and empty, or created now."""
+def _group_to_alter(broker: Broker, gid: str) -> tuple[ShareCoordinator, int, Any, Any, bool]:
+    """The share group whose offsets AlterShareGroupOffsets sets: existing and empty, or created now
+    (with the share coordinator, first)."""
     if not gid:
         raise KafkaErrorResponse(ErrorCode.INVALID_GROUP_ID, "The group id must not be empty.")
-    if broker.share_coordinator is None:
+    sc = broker.share_coordinator
+    if sc is None:
         raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
     p, shard, g, created = broker.groups.share.find_or_create(gid)
     if g.members:
         raise KafkaErrorResponse(ErrorCode.NON_EMPTY_GROUP, f"Share group {gid} is not empty.")
-    return p, shard, g, created
+    return sc, p, shard, g, created
 
 
-async def _persist_if_current(broker: Any, p: int, shard: Any, g: Any) -> None:
+async def _persist_if_current(broker: Broker, p: int, shard: Any, g: Any) -> None:
     """Write what changed in `g`, unless the group was deleted meanwhile."""
     if shard.share_groups.get(g.group_id) is g:
         fut = broker.groups.share.persist(p, g)
@@ -202,11 +212,12 @@ async def _persist_if_current(broker: Any, p: int, shard: Any, g: Any) -> None:
             await fut
 
 
-async def handle_alter_share_group_offsets(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _ASO.response_class()
-    sc = broker.share_coordinator
+async def handle_alter_share_group_offsets(
+    broker: Broker, ctx: RequestContext, req: messages.AlterShareGroupOffsetsRequest
+) -> Any:
+    cls = messages.AlterShareGroupOffsetsResponse
     try:
-        p, shard, g, created = _group_to_alter(broker, req.group_id)
+        sc, p, shard, g, created = _group_to_alter(broker, req.group_id)
     except KafkaErrorResponse as e:
         return cls(throttle_time_ms=0, error_code=e.code, error_message=e.detail)
     responses = []
@@ -236,9 +247,10 @@ async def handle_alter_share_group_offsets(broker: Any, ctx: Any, req: Any) -> A
             p_out.error_code = error
             if not error:
                 ok.append(rp.partition_index)
-        if ok:
-            broker.share_partitions.forget(req.group_id, topic.topic_id, ok)
-        if ok and shard.share_groups.get(req.group_id) is g:
+        if topic is None or not ok:
+            continue
+        broker.share_partitions.forget(req.group_id, topic.topic_id, ok)
+        if shard.share_groups.get(req.group_id) is g:
             g.initialized_partitions(topic.topic_id, topic.name, ok)
     if created and broker.groups.share.drop_if_unused(shard, g):
         return cls(throttle_time_ms=0, error_code=0, error_message=None, responses=responses)
@@ -252,11 +264,12 @@ async def handle_alter_share_group_offsets(broker: Any, ctx: Any, req: Any) -> A
     return cls(throttle_time_ms=0, error_code=0, error_message=None, responses=responses)
 
 
-async def handle_delete_share_group_offsets(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _DELO.response_class()
-    sc = broker.share_coordinator
+async def handle_delete_share_group_offsets(
+    broker: Broker, ctx: RequestContext, req: messages.DeleteShareGroupOffsetsRequest
+) -> Any:
+    cls = messages.DeleteShareGroupOffsetsResponse
     try:
-        p, shard, g = _empty_group(broker, req.group_id)
+        sc, p, shard, g = _empty_group(broker, req.group_id)
     except KafkaErrorResponse as e:
         return cls(throttle_time_ms=0, error_code=e.code, error_message=e.detail)
     responses = []
@@ -292,7 +305,7 @@ async def handle_delete_share_group_offsets(broker: Any, ctx: Any, req: Any) -> 
     return cls(throttle_time_ms=0, error_code=0, error_message=None, responses=responses)
 
 
-def register(table: Any) -> None:
+def register(table: HandlerTable) -> None:
     table.add("ShareGroupHeartbeat", handle_share_group_heartbeat)
     table.add("ShareGroupDescribe", handle_share_group_describe)
     table.add("DescribeShareGroupOffsets", handle_describe_share_group_offsets)

@@ -21,14 +21,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from shoal.protocol.api import api_by_name
+from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.contract import Broker
+from shoal.broker.net.contract import RequestContext
+from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode
-
-_INIT = api_by_name("InitializeShareGroupState")
-_READ = api_by_name("ReadShareGroupState")
-_WRITE = api_by_name("WriteShareGroupState")
-_DELETE = api_by_name("DeleteShareGroupState")
-_SUMMARY = api_by_name("ReadShareGroupStateSummary")
 
 _NO_COORDINATOR = "share groups are disabled on this broker"
 
@@ -50,13 +47,14 @@ def _error_fields(code: int, message: str | None) -> dict[str, Any]:
     return {"error_code": int(code), "error_message": message if code != ErrorCode.NONE else None}
 
 
-async def handle_initialize(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _INIT.response_class()
+async def handle_initialize(broker: Broker, ctx: RequestContext, req: messages.InitializeShareGroupStateRequest) -> Any:
+    cls = messages.InitializeShareGroupStateResponse
     if _malformed(req):
         return cls(results=[])
     coord = broker.share_coordinator
 
     async def one(t: Any, p: Any) -> Any:
+        msg: str | None
         if coord is None:
             code, msg = ErrorCode.COORDINATOR_NOT_AVAILABLE, _NO_COORDINATOR
         else:
@@ -69,8 +67,8 @@ async def handle_initialize(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(results=[cls.InitializeStateResult(topic_id=t.topic_id, partitions=ps) for t, ps in results])
 
 
-async def handle_read(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _READ.response_class()
+async def handle_read(broker: Broker, ctx: RequestContext, req: messages.ReadShareGroupStateRequest) -> Any:
+    cls = messages.ReadShareGroupStateResponse
     if _malformed(req):
         return cls(results=[])
     coord = broker.share_coordinator
@@ -100,13 +98,14 @@ async def handle_read(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(results=[cls.ReadStateResult(topic_id=t.topic_id, partitions=ps) for t, ps in results])
 
 
-async def handle_write(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _WRITE.response_class()
+async def handle_write(broker: Broker, ctx: RequestContext, req: messages.WriteShareGroupStateRequest) -> Any:
+    cls = messages.WriteShareGroupStateResponse
     if _malformed(req):
         return cls(results=[])
     coord = broker.share_coordinator
 
     async def one(t: Any, p: Any) -> Any:
+        msg: str | None
         if coord is None:
             code, msg = ErrorCode.COORDINATOR_NOT_AVAILABLE, _NO_COORDINATOR
         else:
@@ -126,13 +125,14 @@ async def handle_write(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(results=[cls.WriteStateResult(topic_id=t.topic_id, partitions=ps) for t, ps in results])
 
 
-async def handle_delete(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _DELETE.response_class()
+async def handle_delete(broker: Broker, ctx: RequestContext, req: messages.DeleteShareGroupStateRequest) -> Any:
+    cls = messages.DeleteShareGroupStateResponse
     if _malformed(req):
         return cls(results=[])
     coord = broker.share_coordinator
 
     async def one(t: Any, p: Any) -> Any:
+        msg: str | None
         if coord is None:
             code, msg = ErrorCode.COORDINATOR_NOT_AVAILABLE, _NO_COORDINATOR
         else:
@@ -143,14 +143,17 @@ async def handle_delete(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(results=[cls.DeleteStateResult(topic_id=t.topic_id, partitions=ps) for t, ps in results])
 
 
-async def handle_read_summary(broker: Any, ctx: Any, req: Any) -> Any:
-    cls = _SUMMARY.response_class()
+async def handle_read_summary(
+    broker: Broker, ctx: RequestContext, req: messages.ReadShareGroupStateSummaryRequest
+) -> Any:
+    cls = messages.ReadShareGroupStateSummaryResponse
     if _malformed(req):
         return cls(results=[])
     coord = broker.share_coordinator
     v1 = ctx.api_version >= 1
 
     async def one(t: Any, p: Any) -> Any:
+        fields: dict[str, Any]
         if coord is None:
             fields = dict(state_epoch=0, leader_epoch=-1, start_offset=-1, delivery_complete_count=-1)
             fields.update(_error_fields(ErrorCode.COORDINATOR_NOT_AVAILABLE, _NO_COORDINATOR))
@@ -171,7 +174,7 @@ async def handle_read_summary(broker: Any, ctx: Any, req: Any) -> Any:
     return cls(results=[cls.ReadStateSummaryResult(topic_id=t.topic_id, partitions=ps) for t, ps in results])
 
 
-def register(table: Any) -> None:
+def register(table: HandlerTable) -> None:
     table.add("InitializeShareGroupState", handle_initialize)
     table.add("ReadShareGroupState", handle_read)
     table.add("WriteShareGroupState", handle_write)

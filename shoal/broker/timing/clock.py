@@ -8,6 +8,15 @@ integers; the broker owns one Clock and passes readings in. Tests swap in
 from __future__ import annotations
 
 import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """What the broker's parts read: SystemClock in production, ManualClock in tests."""
+
+    def now_ms(self) -> int: ...
+
+    def monotonic_ms(self) -> int: ...
 
 
 class SystemClock:
