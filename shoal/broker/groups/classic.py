@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,7 +118,15 @@ class JoinParams:
 
 
 class ClassicGroup:
-    def __init__(self, group_id: str, now_ms: int, initial_delay_ms: int = 3000, max_size: int = 2**31 - 1) -> None:
+    def __init__(
+        self,
+        group_id: str,
+        now_ms: int,
+        initial_delay_ms: int = 3000,
+        max_size: int = 2**31 - 1,
+        *,
+        wall_ms: Callable[[], int] | None = None,
+    ) -> None:
         self.group_id = group_id
         self.state = GroupState.EMPTY
         self.generation_id = 0
@@ -134,6 +143,11 @@ class ClassicGroup:
         self.max_size = max_size
         self._initial_rebalance = False
         self._initial_limit_ms = 0
+        # Kafka's currentStateTimestamp: wall-clock ms of the last state change, written in the
+        # GroupMetadata record and the base of an Empty group's offset expiry. Deadlines use the
+        # monotonic `now_ms` the calls pass; this one comes from `wall_ms` (the same `now_ms` when
+        # no wall clock is given, as in tests with one fake clock).
+        self._wall_ms = wall_ms
         self.state_timestamp = now_ms
         self.dirty = False
         self._outbox: list[tuple[Any, Any]] = []
@@ -151,7 +165,7 @@ class ClassicGroup:
 
     def _transition(self, state: GroupState, now_ms: int) -> None:
         self.state = state
-        self.state_timestamp = now_ms
+        self.state_timestamp = self._wall_ms() if self._wall_ms is not None else now_ms
 
     @property
     def is_empty(self) -> bool:
@@ -577,8 +591,10 @@ class ClassicGroup:
         leader_id: str | None,
         members: list[Member],
         now_ms: int,
+        state_timestamp: int = -1,
     ) -> None:
-        """State from a GroupMetadata record (start-up replay)."""
+        """State from a GroupMetadata record (start-up replay); `state_timestamp` is the
+        record's currentStateTimestamp (-1: none written, the state time becomes now)."""
         self.protocol_type = protocol_type
         self.generation_id = generation_id
         self.protocol_name = protocol_name
@@ -588,3 +604,5 @@ class ClassicGroup:
         for m in members:
             m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
         self._transition(GroupState.STABLE if members else GroupState.EMPTY, now_ms)
+        if state_timestamp >= 0:
+            self.state_timestamp = state_timestamp

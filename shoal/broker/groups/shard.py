@@ -130,11 +130,15 @@ class GroupShard:
             )
             for m in v.members
         ]
-        group.restore(v.protocol_type or None, v.generation, v.protocol, v.leader, members, now)
+        group.restore(
+            v.protocol_type or None, v.generation, v.protocol, v.leader, members, now, v.current_state_timestamp
+        )
         self.groups[gid] = group
 
     def _new_group(self, gid: str) -> ClassicGroup:
-        return ClassicGroup(gid, self.now_ms(), self.settings.initial_rebalance_delay_ms, self.settings.max_size)
+        return ClassicGroup(
+            gid, self.now_ms(), self.settings.initial_rebalance_delay_ms, self.settings.max_size, wall_ms=self.now_ms
+        )
 
     def finish_loading(self) -> None:
         self.loading = False
