@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import share_fetch  # noqa: E402
+from py_spy_profile import start_profile, stop_profile, summarize_profile  # noqa: E402
 from share_fetch import QUIET, create_topic, group_config  # noqa: E402
 
 from tests.support.brokers import BrokerProcess, RawClient  # noqa: E402
@@ -271,6 +272,7 @@ def main() -> None:
     ap.add_argument("--records-no-work", type=int, default=100_000, help="records of the rows with no work")
     ap.add_argument("--only", default="", help="comma-separated scenario names")
     ap.add_argument("--quick", action="store_true", help="32-member rows only, 2 s each")
+    ap.add_argument("--profile", default="", help="py-spy the broker over all rows into this raw file; print its top")
     args = ap.parse_args()
     rows = scenarios(args.quick)
     if args.only:
@@ -282,6 +284,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         b = BrokerProcess(Path(tmp) / "data", OVERRIDES)
         b.start()
+        assert b.proc is not None
+        spy = start_profile(b.proc.pid, args.profile) if args.profile else None
         try:
             for i, s in enumerate(rows):
                 n = args.records_no_work if not s.work_ms else int(s.ideal * seconds)
@@ -307,7 +311,11 @@ def main() -> None:
                     flush=True,
                 )
         finally:
+            if spy is not None:
+                stop_profile(spy)
             b.stop()
+        if spy is not None:
+            summarize_profile(args.profile, 25)
 
 
 if __name__ == "__main__":
