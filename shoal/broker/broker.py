@@ -52,6 +52,7 @@ from shoal.broker.log.fileops import FileOps, fsync_dir
 from shoal.broker.log.flusher import Flusher
 from shoal.broker.log.log_dir import LogDir
 from shoal.broker.log.writer import ThreadedWriter
+from shoal.broker.metrics.counters import BrokerStats
 from shoal.broker.partition.fetch_session import FetchSessionCache
 from shoal.broker.partition.partition import Partition, fetch_key
 from shoal.broker.partition.producer_ids import ProducerIdManager
@@ -104,16 +105,30 @@ class Broker:
         self.clean_start = True
         self.stopped = asyncio.Event()
         self.faults = FaultInjector()  # request fault injection (shoal.testing); unarmed costs one test
+        self.stats = BrokerStats()  # counters behind /metrics (shoal.broker.metrics)
+        self.ops: Any = None  # the operations HTTP listener (shoal.http.listeners), from start
+        self.started = False  # logs recovered and bound: /health/ready also waits for the coordinators
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.dir_lock.acquire()  # DataDirLocked if another broker has it: before anything is read or written
         try:
+            await self._start_ops()
             await self._start()
         except BaseException:
+            if self.ops is not None:
+                await _await_step("closing the operations listener", self.ops.close())
             self.dir_lock.release()
             raise
+        self.started = True
+
+    async def _start_ops(self) -> None:
+        """The operations listener first: /health/live answers (and ready says 503) while logs recover."""
+        from shoal.broker.metrics.http import OpsServer
+
+        self.ops = OpsServer(self, self.stats, tuple(self.config.get("shoal.http.listeners") or ()))
+        await self.ops.start()
 
     async def _start(self) -> None:
         from shoal.broker.net.server import Server
@@ -210,6 +225,9 @@ class Broker:
             _step("stopping the timer", self.timer.close)
         if clean:
             self._leave_marker(unclean)
+        if self.ops is not None:
+            await _await_step("closing the operations listener", self.ops.close())
+        self.started = False
         self.dir_lock.release()
         log.info("shutdown complete" if clean else "halted")
         self.stopped.set()
@@ -309,6 +327,7 @@ class Broker:
     def delete_topic(self, name: str) -> None:
         assert self.topics is not None and self.fetch_purgatory is not None
         topic = self.topics.delete(name)
+        self.stats.forget_topic(name)
         for p in topic.partitions:
             self.fetch_purgatory.check_and_complete(fetch_key(name, p.index))
         if self.groups is not None:

@@ -45,12 +45,26 @@ def load_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig.from_sources(props, args.override)
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """The root logger on stderr: readable lines, or one JSON object a line (log.format=json)."""
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt.lower() == "json":
+        from shoal.broker.logformat import JsonFormatter
+
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
+
+
+def announce(text: str, fmt: str) -> None:
+    """Where the broker listens, on stderr whatever log.level says (tools wait for these lines);
+    a JSON object in log.format=json, so every line of the output parses."""
+    if fmt == "json":
+        from shoal.broker.logformat import JsonFormatter
+
+        text = JsonFormatter().format(logging.LogRecord("shoal", logging.INFO, __file__, 0, text, None, None))
+    print(text, file=sys.stderr, flush=True)
 
 
 async def run(config: BrokerConfig) -> int:
@@ -69,8 +83,11 @@ async def run(config: BrokerConfig) -> int:
     except OSError as e:
         logging.getLogger("shoal").error("cannot start: %s", e)
         return 1
+    fmt = str(config.get("log.format")).lower()
     for host, port in broker.server.bound:
-        print(f"shoal broker listening on {host}:{port}", file=sys.stderr, flush=True)
+        announce(f"shoal broker listening on {host}:{port}", fmt)
+    for host, port in broker.ops.bound:
+        announce(f"shoal http listening on {host}:{port}", fmt)
     await stop.wait()
     await broker.stop()
     return 0
@@ -83,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"shoal-broker: invalid configuration: {e}", file=sys.stderr)
         return 2
-    setup_logging(str(config.get("log.level")))
+    setup_logging(str(config.get("log.level")), str(config.get("log.format")))
     try:
         import uvloop
 

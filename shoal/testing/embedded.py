@@ -136,6 +136,8 @@ class EmbeddedBroker:
             memory_root()  # refused here, not at start
             data_dir = None
         merged.setdefault("listeners", "PLAINTEXT://127.0.0.1:0")
+        # The operations listener (/metrics, /health) on a free port, never 9644: tests run brokers side by side.
+        merged.setdefault("shoal.http.listeners", "http://127.0.0.1:0")
         self._settings = {k: _text(v) for k, v in merged.items()}
         BrokerConfig.from_sources(self._with_dir("/nonexistent-check"))  # ConfigError now, not at start
         self._own_dir = data_dir is None
@@ -143,6 +145,7 @@ class EmbeddedBroker:
         self.faults = FaultInjector()  # kept across restarts
         self._broker: Broker | None = None
         self._port = 0
+        self._http_port = 0
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the broker runs on
         self._thread: threading.Thread | None = None  # set in synchronous use
         self._helpers: dict[str, Any] = {}
@@ -158,6 +161,11 @@ class EmbeddedBroker:
     @property
     def port(self) -> int:
         return self._port
+
+    @property
+    def http_port(self) -> int:
+        """The operations listener's port (``http://127.0.0.1:<port>/metrics``); 0 when it is off."""
+        return self._http_port
 
     @property
     def data_dir(self) -> Path:
@@ -194,11 +202,14 @@ class EmbeddedBroker:
         settings = self._with_dir(str(self._data_dir))
         if self._port:  # a restart keeps its port, so clients reconnect to the same address
             settings["listeners"] = f"PLAINTEXT://127.0.0.1:{self._port}"
+            if self._http_port and settings["shoal.http.listeners"] == "http://127.0.0.1:0":
+                settings["shoal.http.listeners"] = f"http://127.0.0.1:{self._http_port}"
         broker = Broker(BrokerConfig.from_sources(settings))
         broker.faults = self.faults
         await broker.start()
         self._broker = broker
         self._port = broker.server.bound[0][1]
+        self._http_port = broker.ops.port if broker.ops is not None else 0
 
     async def astop(self, clean: bool = True, *, lose_unflushed: bool = True) -> None:
         """Stop (cleanly, or as a crash would: see ``arestart``) and remove the data directory

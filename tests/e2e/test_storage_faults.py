@@ -56,7 +56,9 @@ def batch(n: int = 1, value_size: int = 100, tag: bytes = b"v") -> bytearray:
 
 
 async def start_broker(data: Path) -> Broker:
-    config = BrokerConfig.from_sources({}, [f"log.dirs={data}", "listeners=PLAINTEXT://127.0.0.1:0"])
+    config = BrokerConfig.from_sources(
+        {}, [f"log.dirs={data}", "listeners=PLAINTEXT://127.0.0.1:0", "shoal.http.listeners="]
+    )
     broker = Broker(config)
     await broker.start()
     return broker

@@ -22,6 +22,9 @@ from shoal.protocol.frames import decode_response, encode_request
 
 ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"shoal broker listening on ([\d.]+):(\d+)")
+_HTTP_LISTENING = re.compile(r"shoal http listening on ([\d.]+):(\d+)")
+# The operations listener on a free port: parallel brokers never meet on 9644 (an override beats it).
+HTTP_ANY_PORT = "shoal.http.listeners=http://127.0.0.1:0"
 
 
 class BrokerProcess:
@@ -31,6 +34,7 @@ class BrokerProcess:
         self.data_dir = Path(data_dir)
         self.overrides = list(overrides)
         self.port = port
+        self.http_port = 0  # the operations listener's (/metrics, /health), once started; 0 when off
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
         self._log = None
@@ -48,6 +52,8 @@ class BrokerProcess:
             f"log.dirs={self.data_dir}",
             "--override",
             f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "--override",
+            HTTP_ANY_PORT,
         ]
         for o in self.overrides:
             args += ["--override", o]
@@ -62,6 +68,8 @@ class BrokerProcess:
             found = _LISTENING.search(text)
             if found and self.proc.poll() is None:
                 self.port = int(found.group(2))
+                http = _HTTP_LISTENING.search(text)
+                self.http_port = int(http.group(2)) if http else 0
                 if wait_port(self.port, 5.0):
                     return self
             if self.proc.poll() is not None:
@@ -122,6 +130,7 @@ class InProcessBroker:
         self.data_dir = Path(data_dir)
         self.overrides = list(overrides)
         self.port = port
+        self.http_port = 0
         self.embedded: Any = None
         self._lines: list[str] = []
         self._handler: Any = None
@@ -139,12 +148,14 @@ class InProcessBroker:
             for name in ("offsets.topic.num.partitions", "share.coordinator.state.topic.num.partitions")
         }
         settings["listeners"] = f"PLAINTEXT://127.0.0.1:{self.port}"
+        settings["shoal.http.listeners"] = HTTP_ANY_PORT.split("=", 1)[1]
         for o in self.overrides:
             k, _, v = o.partition("=")
             settings[k] = v
         self._capture()
         self.embedded = EmbeddedBroker(settings, data_dir=self.data_dir).start(timeout)
         self.port = self.embedded.port
+        self.http_port = self.embedded.http_port
         return self
 
     def _capture(self) -> None:

@@ -139,6 +139,8 @@ def test_divergences_from_kafka_are_exactly_the_intended_ones() -> None:
         "log.dirs",
         "log.dir",
         "log.level",
+        "log.format",
+        "shoal.http.listeners",
         "max.partitions",
         "max.partitions.per.request",
         "group.share.enable",

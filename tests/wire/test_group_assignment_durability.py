@@ -28,6 +28,7 @@ async def start_broker(data_dir: Path) -> Broker:
         [
             f"log.dirs={data_dir}",
             "listeners=PLAINTEXT://127.0.0.1:0",
+            "shoal.http.listeners=http://127.0.0.1:0",
             "offsets.topic.num.partitions=1",
             "group.initial.rebalance.delay.ms=200",  # both members make the first generation
         ],

@@ -55,7 +55,9 @@ def produce_body(batch: bytes) -> PR:
 
 
 async def test_retried_batch_waits_for_the_originals_fsync(tmp_path: Path) -> None:
-    config = BrokerConfig.from_sources({}, [f"log.dirs={tmp_path / 'data'}", "listeners=PLAINTEXT://127.0.0.1:0"])
+    config = BrokerConfig.from_sources(
+        {}, [f"log.dirs={tmp_path / 'data'}", "listeners=PLAINTEXT://127.0.0.1:0", "shoal.http.listeners="]
+    )
     broker = Broker(config)
     await broker.start()
     try:

@@ -545,7 +545,7 @@ def test_pruning_advances_the_log_start_and_restarts_replay_the_same_state(broke
 async def start_broker(data_dir: Path, *overrides: str) -> Broker:
     config = BrokerConfig.from_sources(
         {},
-        [f"log.dirs={data_dir}", "listeners=PLAINTEXT://127.0.0.1:0", *overrides],
+        [f"log.dirs={data_dir}", "listeners=PLAINTEXT://127.0.0.1:0", "shoal.http.listeners=", *overrides],
     )
     broker = Broker(config)
     await broker.start()

@@ -16,6 +16,7 @@ from shoal.broker.config.keys import (
     CLEANUP,
     COMPRESSION,
     HIGH,
+    HTTP_LISTENERS,
     INT,
     INT_MAX,
     IP_OVERRIDES,
@@ -155,6 +156,26 @@ BROKER_CONFIGS: Final = ConfigDef.of(
         importance=LOW,
         validator=OneOf(("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), case_insensitive=True),
         dynamic=True,
+        kafka_default=SHOAL_ONLY,
+    ),
+    _key(
+        "log.format",
+        STR,
+        "text",
+        "How the broker's log lines look: 'text' (one readable line each) or 'json' (one object per "
+        "line with time, level, logger, message and any structured fields).",
+        importance=LOW,
+        validator=OneOf(("text", "json"), case_insensitive=True),
+        kafka_default=SHOAL_ONLY,
+    ),
+    _key(
+        "shoal.http.listeners",
+        LIST,
+        ("http://127.0.0.1:9644",),
+        "http://host:port addresses of the operations listener (/metrics in Prometheus form, "
+        "/health/live, /health/ready); empty turns it off, port 0 picks a free port. Loopback by default.",
+        importance=MED,
+        validator=HTTP_LISTENERS,
         kafka_default=SHOAL_ONLY,
     ),
     # storage

@@ -298,6 +298,21 @@ def _listeners_problem(urls: tuple[str, ...]) -> str | None:
     return None
 
 
+def http_listener_problem(url: str) -> str | None:
+    """Why ``url`` is not an http://host:port operations listener, or None if it is one."""
+    if not url.lower().startswith("http://"):
+        return f"{url!r} is not of the form http://host:port"
+    return listener_problem("HTTP" + url[4:])
+
+
+def _http_listeners_problem(urls: tuple[str, ...]) -> str | None:
+    for url in urls:
+        problem = http_listener_problem(url)
+        if problem is not None:
+            return problem
+    return None
+
+
 def parse_ip_overrides(text: str) -> dict[str, int]:
     """max.connections.per.ip.overrides: "host:count,host:count" (Kafka's form) as a dict."""
     out: dict[str, int] = {}
@@ -530,4 +545,5 @@ COMPRESSION = OneOf(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"
 TIMESTAMP_TYPE = OneOf(("CreateTime", "LogAppendTime"))
 CLEANUP = ListOf(("compact", "delete"))
 LISTENERS = Check(_listeners_problem, "NAME://host:port,...")
+HTTP_LISTENERS = Check(_http_listeners_problem, "http://host:port,...")
 IP_OVERRIDES = Check(_ip_overrides_problem, "host:count,...")

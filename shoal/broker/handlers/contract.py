@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from shoal.broker.groups.coordinator import GroupCoordinator
     from shoal.broker.handlers import HandlerTable
     from shoal.broker.log.flusher import Flusher
+    from shoal.broker.metrics.counters import BrokerStats
     from shoal.broker.partition.fetch_session import FetchSessionCache
     from shoal.broker.partition.partition import Partition
     from shoal.broker.partition.producer_ids import ProducerIdManager
@@ -46,6 +47,7 @@ class Broker(Protocol):
     config: BrokerConfig
     clock: Clock
     handlers: HandlerTable  # ApiVersions answers from the same table that dispatches
+    stats: BrokerStats  # counters behind /metrics, bumped where things happen
 
     # topics, their partitions and what waits on them
     topics: TopicManager

@@ -148,8 +148,15 @@ class FetchOperation:
         plan = self.context.response(results, self.broker.clock.monotonic_ms())
         by_topic: dict[Any, Any] = {}
         out = []
+        stats = self.broker.stats
         for key, _ in plan.partitions:
             topic_ref, index = key
+            topic, _p = self._partition(key)
+            if topic is not None:  # BrokerTopicMetrics (unknown names make no series)
+                counts = stats.topic(topic.name)
+                counts.fetch_requests += 1
+                counts.bytes_out += len(reads[key].records)
+                counts.failed_fetch += reads[key].error != 0
             tr = by_topic.get(topic_ref)
             if tr is None:
                 if self.uses_ids:

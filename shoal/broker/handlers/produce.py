@@ -62,9 +62,12 @@ def handle_produce(broker: Broker, ctx: RequestContext, req: messages.ProduceReq
                 any_error = True
                 continue
             partition = topic.partitions[pd.index]
+            counts = broker.stats.topic(topic.name)
+            counts.produce_requests += 1
             if acks not in (0, 1, -1):
                 pr.error_code, pr.base_offset = ErrorCode.INVALID_REQUIRED_ACKS, -1
                 any_error = True
+                counts.failed_produce += 1
                 continue
             try:
                 if topic.internal:
@@ -80,7 +83,11 @@ def handle_produce(broker: Broker, ctx: RequestContext, req: messages.ProduceReq
                 pr.error_code, pr.error_message, pr.base_offset = e.code, e.detail, -1
                 pr.record_errors = list(getattr(e, "record_errors", []) or [])
                 any_error = True
+                counts.failed_produce += 1
                 continue
+            if result.appended:
+                counts.messages_in += result.end_offset - result.base_offset
+                counts.bytes_in += len(pd.records) if pd.records is not None else 0
             pr.base_offset = result.base_offset
             pr.log_append_time_ms = result.log_append_time
             pr.log_start_offset = partition.log_start_offset

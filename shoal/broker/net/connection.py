@@ -34,8 +34,10 @@ import asyncio
 import logging
 import mmap
 from collections import deque
+from time import perf_counter_ns
 from typing import Any
 
+from shoal.broker.metrics.counters import BrokerStats
 from shoal.broker.net.buffers import FramePool
 from shoal.broker.net.contract import NO_RESPONSE, ConnectionOwner, RequestContext
 from shoal.protocol.api import api_by_name
@@ -61,9 +63,10 @@ def _staging_buffer() -> mmap.mmap:
 
 
 class _Slot:
-    __slots__ = ("api_key", "correlation_id", "done", "payload", "version")
+    __slots__ = ("api_key", "correlation_id", "done", "payload", "received_ns", "version")
 
     def __init__(self, api_key: int, version: int, correlation_id: int) -> None:
+        self.received_ns = perf_counter_ns()  # RequestMetrics TotalTimeMs runs from here to the write
         self.api_key = api_key
         self.version = version
         self.correlation_id = correlation_id
@@ -105,6 +108,8 @@ class Connection(asyncio.BufferedProtocol):
         self.last_active = server.clock.monotonic_ms()
         self.tasks: set[asyncio.Task] = set()
         self._trace = trace.isEnabledFor(logging.DEBUG)
+        # The broker's counters (/metrics); a stand-in broker (unit tests) gets counters of its own.
+        self._stats: BrokerStats = getattr(self.broker, "stats", None) or BrokerStats()
 
     # -- asyncio protocol callbacks ------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -120,6 +125,9 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._admitted = True
         self.server.connections.add(self)
+        created = self._stats.connections_created
+        name = getattr(self.server, "listener_name", "PLAINTEXT")
+        created[name] = created.get(name, 0) + 1
         transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         try:
             self._loop = asyncio.get_running_loop()
@@ -359,8 +367,11 @@ class Connection(asyncio.BufferedProtocol):
         slots = self._slots
         transport = self.transport
         out: list = []
+        now_ns = perf_counter_ns()
+        request_done = self._stats.request_done
         while slots and slots[0].done:
             s = slots.popleft()
+            request_done(s.api_key, now_ns - s.received_ns)
             if self._trace:
                 trace.debug("%s -> api %d corr %d%s", self.peer, s.api_key, s.correlation_id, _summary(s.payload))
             if s.payload is NO_RESPONSE:

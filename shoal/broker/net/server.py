@@ -41,6 +41,8 @@ class Server:
         self._servers: list[asyncio.base_events.Server] = []
         self._reaper: asyncio.Task | None = None
         self.bound: list[tuple[str, int]] = []
+        listener = getattr(cfg, "listener", None)
+        self.listener_name = listener.name if listener is not None else "PLAINTEXT"  # for /metrics' labels
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()

@@ -61,6 +61,7 @@ from typing import Any
 from shoal.broker.partition.partition import LEADER_EPOCH, fetch_key
 from shoal.broker.share.dead_letter import Archived, Reason, dead_letter_batch
 from shoal.broker.share.session import ShareSessionCache
+from shoal.broker.share.share_metrics import count_acknowledged, count_expired
 from shoal.broker.share.share_partition import SharePartition
 from shoal.broker.share_coordinator.shard import merge_batches
 from shoal.broker.timing.wheel import TimerTask
@@ -285,6 +286,7 @@ class SharePartitionManager:
         self._persist_start(entry)
         if not ranges:
             return None
+        self.broker.stats.share_counts(entry.key[0], entry.topic.name).acquired += taken
         self._arm(entry)
         records = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         return Acquired(records, [(r.first_offset, r.last_offset, r.delivery_count) for r in ranges])
@@ -334,6 +336,9 @@ class SharePartitionManager:
                 return error, f"Persisting the acknowledgement failed: {ErrorCode(error).name}"
         else:
             self._wake(entry)
+        count_acknowledged(
+            self.broker.stats.share_counts(entry.key[0], entry.topic.name), batches, change, sp.delivery_count_limit
+        )
         return 0, None
 
     # -- the write queue -------------------------------------------------------------
@@ -521,7 +526,11 @@ class SharePartitionManager:
         entry.timer = None
         if entry.sp is None or self.entries.get(entry.key) is not entry:
             return
-        self._submit(entry, entry.sp.expire_locks(self.now()))
+        change = entry.sp.expire_locks(self.now())
+        count_expired(
+            self.broker.stats.share_counts(entry.key[0], entry.topic.name), change, entry.sp.delivery_count_limit
+        )
+        self._submit(entry, change)
 
     def on_topic_deleted(self, topic_id: uuid.UUID) -> None:
         for entry in [e for k, e in self.entries.items() if k[1] == topic_id]:

@@ -1,0 +1,1 @@
+"""Operations: counters kept by the broker, their Prometheus names, the collector, the HTTP listener."""

@@ -1,0 +1,90 @@
+"""The operations HTTP listener (``shoal.http.listeners``): /metrics, /health/live, /health/ready.
+
+It runs on the broker's own event loop (aiohttp), so a scrape reads the
+broker's state between requests without locks, and it lives and dies with the
+Broker that owns it. Each Broker has its own prometheus-client
+``CollectorRegistry`` holding only its ``BrokerCollector``: no process-wide
+registry, so several brokers in one process (tests) each expose their own.
+
+The listener starts first at broker start, before logs are recovered, so
+/health/live answers while the broker is still loading and /health/ready
+says 503 until it is ready (``collector.ready``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from shoal.broker.metrics.collector import BrokerCollector, ready
+from shoal.broker.metrics.counters import BrokerStats
+
+__all__ = ["OpsServer", "parse_http_listener"]
+
+log = logging.getLogger("shoal.broker.http")
+
+
+def parse_http_listener(url: str) -> tuple[str, int]:
+    """``http://host:port`` (validated by the config table) as (host, port); brackets dropped."""
+    rest = url.split("://", 1)[1]
+    host, _, port = rest.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class OpsServer:
+    """The HTTP listener of one broker."""
+
+    def __init__(self, broker: Any, stats: BrokerStats, listeners: tuple[str, ...]) -> None:
+        self.broker = broker
+        self.listeners = listeners
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(BrokerCollector(broker, stats))
+        self._runner: web.AppRunner | None = None
+        self.bound: list[tuple[str, int]] = []
+
+    async def start(self) -> None:
+        if not self.listeners:
+            return
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/health/live", self._live)
+        app.router.add_get("/health/ready", self._ready)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        self._runner = runner
+        try:
+            for url in self.listeners:
+                host, port = parse_http_listener(url)
+                site = web.TCPSite(runner, host or None, port, reuse_address=True)
+                await site.start()
+                server = site._server  # aiohttp keeps the asyncio Server here; its sockets give the bound port
+                for sock in getattr(server, "sockets", None) or ():
+                    self.bound.append(sock.getsockname()[:2])
+        except BaseException:
+            await self.close()
+            raise
+        log.info("operations listener on %s", ", ".join(f"http://{h}:{p}" for h, p in self.bound))
+
+    @property
+    def port(self) -> int:
+        """The first bound port (0 when the listener is off)."""
+        return self.bound[0][1] if self.bound else 0
+
+    async def close(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _live(self, request: web.Request) -> web.Response:
+        return web.Response(text="live\n")
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        ok, why = ready(self.broker)
+        return web.Response(status=200 if ok else 503, text=why + "\n")

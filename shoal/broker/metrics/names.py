@@ -1,0 +1,121 @@
+"""Every metric name Shoal exposes on /metrics, in one table.
+
+Why Kafka's names: operators already have dashboards and alerts written
+against what the Prometheus JMX exporter makes of Kafka's MBeans with its
+usual Kafka rules (lower-cased ``domain_type_name``, a ``_total`` counter for
+a ``...PerSec`` meter's Count, MBean keys as labels). Shoal has no JMX, so it
+writes those names itself. Where Kafka has no broker metric (consumer lag is
+an exporter's, kafka_exporter's ``kafka_consumergroup_lag``) Shoal uses the
+name dashboards know; the few names of its own are marked "Shoal".
+
+=========================================================================  =====================================================================
+Kafka MBean (or source)                                                    Prometheus name and labels
+=========================================================================  =====================================================================
+kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec[,topic=T]       kafka_server_brokertopicmetrics_messagesin_total{[topic]}
+kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec[,topic=T]          kafka_server_brokertopicmetrics_bytesin_total{[topic]}
+kafka.server:type=BrokerTopicMetrics,name=BytesOutPerSec[,topic=T]         kafka_server_brokertopicmetrics_bytesout_total{[topic]}
+kafka.server:type=BrokerTopicMetrics,name=TotalProduceRequestsPerSec       kafka_server_brokertopicmetrics_totalproducerequests_total{[topic]}
+kafka.server:type=BrokerTopicMetrics,name=TotalFetchRequestsPerSec         kafka_server_brokertopicmetrics_totalfetchrequests_total{[topic]}
+kafka.server:type=BrokerTopicMetrics,name=FailedProduceRequestsPerSec      kafka_server_brokertopicmetrics_failedproducerequests_total{[topic]}
+kafka.server:type=BrokerTopicMetrics,name=FailedFetchRequestsPerSec        kafka_server_brokertopicmetrics_failedfetchrequests_total{[topic]}
+kafka.network:type=RequestMetrics,name=TotalTimeMs,request=R               kafka_network_requestmetrics_totaltimems{request} (histogram, ms)
+kafka.network:type=RequestChannel,name=RequestQueueSize                    kafka_network_requestchannel_requestqueuesize (requests in flight)
+kafka.server:type=socket-server-metrics,listener=L,name=connection-count   kafka_server_socket_server_metrics_connection_count{listener}
+kafka.server:type=socket-server-metrics,...,connection-creation-total      kafka_server_socket_server_metrics_connection_creation_total{listener}
+kafka.log:type=Log,name=Size,topic=T,partition=P                           kafka_log_log_size{topic,partition}
+kafka.log:type=Log,name=LogEndOffset,topic=T,partition=P                   kafka_log_log_logendoffset{topic,partition}
+kafka.log:type=Log,name=LogStartOffset,topic=T,partition=P                 kafka_log_log_logstartoffset{topic,partition}
+kafka.server:type=DelayedOperationPurgatory,name=PurgatorySize,delayedOp=O  kafka_server_delayedoperationpurgatory_purgatorysize{delayedoperation}
+kafka.server:type=group-coordinator-metrics,name=group-count,protocol=X     kafka_server_group_coordinator_metrics_group_count{protocol,state}
+kafka_exporter's consumer-group lag                                        kafka_consumergroup_lag{consumergroup,topic,partition}
+kafka.server:type=ShareGroupMetrics,name=RecordAcknowledgementsPerSec      kafka_server_sharegroupmetrics_recordacknowledgements_total{group,topic,acktype}
+Shoal: records acquired by share consumers (each delivery)                 kafka_server_sharegroupmetrics_recordacquisitions_total{group,topic}
+kafka.server:type=SharePartitionMetrics,name=AcquisitionLockTimeoutPerSec  kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total{group,topic}
+kafka.server:type=SharePartitionMetrics,name=InFlightMessageCount          kafka_server_sharepartitionmetrics_inflightmessagecount{group,topic,partition}
+Shoal: records archived at the delivery-count limit                        kafka_server_sharepartitionmetrics_archiveddeliverylimit_total{group,topic}
+Shoal: share-partition lag (DescribeShareGroupOffsets' lag)                kafka_sharegroup_lag{group,topic,partition}
+Shoal: ready (1) or not (0), as /health/ready answers                      shoal_broker_ready
+=========================================================================  =====================================================================
+
+Labels in ``[brackets]`` are present on the per-topic series and absent on the
+broker-wide total, as the JMX exporter writes the two MBeans. Acknowledge types
+are lower-case: accept, release, reject, renew.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["ACK_TYPES", "METRICS", "MetricName"]
+
+
+class MetricName:
+    """One row: the exposed name (without a counter's ``_total``), its kind and help text."""
+
+    __slots__ = ("help", "kind", "name")
+
+    def __init__(self, name: str, kind: str, help: str) -> None:
+        self.name = name
+        self.kind = kind  # counter, gauge or histogram
+        self.help = help
+
+
+def _m(name: str, kind: str, help: str) -> MetricName:
+    return MetricName(name, kind, help)
+
+
+_TOPIC = "kafka_server_brokertopicmetrics_"
+
+METRICS: Final = {
+    "messages_in": _m(_TOPIC + "messagesin", "counter", "Records appended by produce requests."),
+    "bytes_in": _m(_TOPIC + "bytesin", "counter", "Record-batch bytes received by produce requests."),
+    "bytes_out": _m(_TOPIC + "bytesout", "counter", "Record-batch bytes sent by fetch and share-fetch answers."),
+    "produce_requests": _m(_TOPIC + "totalproducerequests", "counter", "Produce requests, counted per partition."),
+    "fetch_requests": _m(_TOPIC + "totalfetchrequests", "counter", "Fetch requests, counted per partition."),
+    "failed_produce": _m(_TOPIC + "failedproducerequests", "counter", "Produce partitions answered with an error."),
+    "failed_fetch": _m(_TOPIC + "failedfetchrequests", "counter", "Fetch partitions answered with an error."),
+    "request_time": _m(
+        "kafka_network_requestmetrics_totaltimems", "histogram", "Time from request received to answer written, ms."
+    ),
+    "requests_in_flight": _m(
+        "kafka_network_requestchannel_requestqueuesize", "gauge", "Requests received and not yet answered."
+    ),
+    "connections": _m("kafka_server_socket_server_metrics_connection_count", "gauge", "Open client connections."),
+    "connections_created": _m(
+        "kafka_server_socket_server_metrics_connection_creation", "counter", "Client connections accepted."
+    ),
+    "log_size": _m("kafka_log_log_size", "gauge", "Bytes of a partition's log segments."),
+    "log_end_offset": _m("kafka_log_log_logendoffset", "gauge", "A partition's log end offset."),
+    "log_start_offset": _m("kafka_log_log_logstartoffset", "gauge", "A partition's log start offset."),
+    "purgatory_size": _m(
+        "kafka_server_delayedoperationpurgatory_purgatorysize", "gauge", "Delayed operations waiting per purgatory."
+    ),
+    "groups": _m("kafka_server_group_coordinator_metrics_group_count", "gauge", "Groups by protocol and state."),
+    "consumer_lag": _m(
+        "kafka_consumergroup_lag", "gauge", "High watermark minus the group's committed offset, per partition."
+    ),
+    "share_acks": _m(
+        "kafka_server_sharegroupmetrics_recordacknowledgements", "counter", "Share records acknowledged, by type."
+    ),
+    "share_acquired": _m(
+        "kafka_server_sharegroupmetrics_recordacquisitions", "counter", "Share records acquired (each delivery)."
+    ),
+    "share_lock_timeouts": _m(
+        "kafka_server_sharepartitionmetrics_acquisitionlocktimeout", "counter", "Share records whose lock expired."
+    ),
+    "share_in_flight": _m(
+        "kafka_server_sharepartitionmetrics_inflightmessagecount",
+        "gauge",
+        "Records between a share partition's start and end.",
+    ),
+    "share_archived_limit": _m(
+        "kafka_server_sharepartitionmetrics_archiveddeliverylimit",
+        "counter",
+        "Share records archived at the delivery-count limit.",
+    ),
+    "share_lag": _m("kafka_sharegroup_lag", "gauge", "Records of a share partition not yet delivered to completion."),
+    "ready": _m("shoal_broker_ready", "gauge", "1 when /health/ready answers 200."),
+}
+
+# KIP-932's acknowledge types by their wire value (0, a gap, is not an acknowledgement of a record).
+ACK_TYPES: Final = {1: "accept", 2: "release", 3: "reject", 4: "renew"}

@@ -1,0 +1,68 @@
+"""Operations through a real broker (issue 19): readiness turning off with an offline log
+directory, the listener off when configured empty, and log.format=json's lines."""
+
+from __future__ import annotations
+
+import errno
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from shoal.protocol.records import build_batch
+from shoal.testing import EmbeddedBroker
+from tests.support.brokers import BrokerProcess, RawClient
+from tests.support.clients import _produce_topic
+from tests.support.share_clients import produce
+from tests.support.wire import create
+
+pytestmark = pytest.mark.e2e
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_ready_turns_503_when_the_log_directory_goes_offline() -> None:
+    with EmbeddedBroker() as b:
+        assert b.http_port
+        assert http_get(b.http_port, "/health/ready")[0] == 200
+        b.create_topic("t")
+        b.call(lambda: b.broker.file_ops.fail_next("write", errno.ENOSPC, times=None))
+        data = build_batch([(None, b"x" * 100, [], int(time.time() * 1000))])
+        with RawClient(b.port) as c:
+            r = c.call("Produce", 9, acks=1, timeout_ms=5000, topic_data=[_produce_topic("t", 0, data)])
+        assert r.responses[0].partition_responses[0].error_code == 56  # KAFKA_STORAGE_ERROR
+        status, text = http_get(b.http_port, "/health/ready")
+        assert status == 503 and "offline" in text
+        assert http_get(b.http_port, "/health/live")[0] == 200  # still serving: not dead, not ready
+
+
+def test_an_empty_listener_setting_turns_http_off() -> None:
+    with EmbeddedBroker({"shoal.http.listeners": ""}) as b:
+        assert b.http_port == 0 and b.call(lambda: b.broker.ops.bound) == []
+
+
+def test_json_logs_parse_line_by_line(tmp_path) -> None:
+    b = BrokerProcess(tmp_path / "data", ["log.format=json", "offsets.topic.num.partitions=1"]).start()
+    try:
+        with RawClient(b.port) as c:
+            create(c, "j")
+        produce(b.bootstrap, "j", 5)
+        assert http_get(b.http_port, "/health/ready")[0] == 200
+    finally:
+        assert b.stop() == 0
+    lines = [line for line in b.log_text().splitlines() if line.strip()]
+    assert len(lines) >= 4
+    objects = [json.loads(line) for line in lines]  # every line is one JSON object
+    for o in objects:
+        assert {"time", "level", "logger", "message"} <= set(o), o
+    messages = [o["message"] for o in objects]
+    assert any(m.startswith("shoal broker listening on") for m in messages)
+    assert any(m.startswith("shutdown complete") for m in messages)

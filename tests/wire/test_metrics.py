@@ -1,0 +1,134 @@
+"""/metrics, /health and the request histograms over real sockets (issue 19).
+
+A broker process with its operations listener on a free port; real traffic
+(librdkafka producers, raw requests whose count the test knows), then the
+exposition is scraped over HTTP and parsed with prometheus-client's own parser.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+import confluent_kafka
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from shoal.protocol.records import build_batch
+from tests.support.brokers import BrokerProcess, RawClient
+from tests.support.clients import _produce_topic
+from tests.support.share_clients import produce
+from tests.support.share_wire import ACCEPT, FAST, REJECT, RELEASE, acknowledge, acquired, batch, fetch, ready_topic
+from tests.support.wire import create
+
+pytestmark = pytest.mark.wire
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data", FAST).start()
+    assert b.http_port, "the operations listener did not announce its port"
+    yield b
+    b.stop()
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """Every sample as {(sample name, sorted labels): value}."""
+    status, text = http_get(port, "/metrics")
+    assert status == 200
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+MESSAGES_IN = "kafka_server_brokertopicmetrics_messagesin_total"
+
+
+def test_produced_records_move_messages_in_by_exactly_n(broker) -> None:
+    with RawClient(broker.port) as c:
+        create(c, "m-in", 2)
+    before = scrape(broker.http_port)
+    produce(broker.bootstrap, "m-in", 137)
+    after = scrape(broker.http_port)
+    assert value(after, MESSAGES_IN, topic="m-in") - value(before, MESSAGES_IN, topic="m-in") == 137
+    assert value(after, MESSAGES_IN) - value(before, MESSAGES_IN) == 137  # the broker-wide total
+    ends = sum(value(after, "kafka_log_log_logendoffset", topic="m-in", partition=str(p)) for p in (0, 1))
+    assert ends == 137
+    assert value(after, "kafka_server_brokertopicmetrics_bytesin_total", topic="m-in") > 137
+
+
+def test_the_produce_histogram_counts_every_produce_request_sent(broker) -> None:
+    with RawClient(broker.port) as c:
+        create(c, "m-hist")
+    count = "kafka_network_requestmetrics_totaltimems_count"
+    before = scrape(broker.http_port)
+    sent = 23
+    with RawClient(broker.port) as c:
+        for i in range(sent):
+            data = build_batch([(None, b"v%d" % i, [], int(time.time() * 1000))])
+            r = c.call("Produce", 9, acks=1, timeout_ms=5000, topic_data=[_produce_topic("m-hist", 0, data)])
+            assert r.responses[0].partition_responses[0].error_code == 0
+    after = scrape(broker.http_port)
+    assert value(after, count, request="Produce") - value(before, count, request="Produce") == sent
+    inf = value(after, "kafka_network_requestmetrics_totaltimems_bucket", request="Produce", le="+Inf")
+    assert inf == value(after, count, request="Produce")
+    assert value(after, "kafka_server_brokertopicmetrics_totalproducerequests_total", topic="m-hist") == sent
+    assert value(after, "kafka_server_socket_server_metrics_connection_count", listener="PLAINTEXT") >= 0
+
+
+def test_consumer_lag_is_end_offset_minus_committed(broker) -> None:
+    with RawClient(broker.port) as c:
+        create(c, "m-lag")
+    produce(broker.bootstrap, "m-lag", 40, partition=0)
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "g-lag", "log_level": 0, "enable.auto.commit": False}
+    )
+    try:
+        consumer.commit(offsets=[confluent_kafka.TopicPartition("m-lag", 0, 15)], asynchronous=False)
+    finally:
+        consumer.close()
+    samples = scrape(broker.http_port)
+    end = value(samples, "kafka_log_log_logendoffset", topic="m-lag", partition="0")
+    assert end == 40
+    assert value(samples, "kafka_consumergroup_lag", consumergroup="g-lag", topic="m-lag", partition="0") == 40 - 15
+
+
+def test_share_acknowledgements_are_counted_by_type(broker) -> None:
+    topic, group = "m-share", "g-m-share"
+    tid = ready_topic(broker, topic, group, 10)
+    acks = "kafka_server_sharegroupmetrics_recordacknowledgements_total"
+    with RawClient(broker.port) as c:
+        r = fetch(c, group, "m1", 0, [(tid, 0)], max_records=10)
+        assert sum(last - first + 1 for first, last, _ in acquired(r)) == 10
+        a = acknowledge(c, group, "m1", 1, tid, 0, batch(0, 5, ACCEPT), batch(6, 7, RELEASE), batch(8, 9, REJECT))
+        assert a.error_code == 0 and a.responses[0].partitions[0].error_code == 0
+    samples = scrape(broker.http_port)
+    labels = {"group": group, "topic": topic}
+    assert value(samples, acks, acktype="accept", **labels) == 6
+    assert value(samples, acks, acktype="release", **labels) == 2
+    assert value(samples, acks, acktype="reject", **labels) == 2
+    assert value(samples, "kafka_server_sharegroupmetrics_recordacquisitions_total", **labels) == 10
+    # Offsets 6 and 7 are available again; the share partition's lag counts them.
+    assert value(samples, "kafka_sharegroup_lag", partition="0", **labels) == 2
+
+
+def test_health_is_live_and_ready_once_started(broker) -> None:
+    assert http_get(broker.http_port, "/health/live")[0] == 200
+    status, text = http_get(broker.http_port, "/health/ready")
+    assert (status, text.strip()) == (200, "ready")
+    assert value(scrape(broker.http_port), "shoal_broker_ready") == 1
