@@ -245,6 +245,11 @@ def test_consumer_group_json_lag_is_produced_minus_committed(broker, topic_name)
     try:
         groups = {g["group"]: g for g in doc("groups list", "consumer-groups", "--list", *bs)["groups"]}
         assert groups[group] == {"group": group, "type": "classic", "protocol_type": "consumer", "state": "Stable"}
+        # Bare --state asks for the columns (Kafka's --list --state); a filter value keeps ids alone.
+        rc, out, _ = run("consumer-groups", "--list", "--state", *bs)
+        assert rc == 0 and [group, "classic", "consumer", "Stable"] in [line.split() for line in out.splitlines()]
+        rc, out, _ = run("groups", "list", "--type", "classic", *bs)
+        assert rc == 0 and group in out.splitlines()
         (g,) = doc("groups describe", "consumer-groups", "--describe", "--group", group, *bs)["groups"]
         assert g["group"] == group and g["state"] == "Stable" and len(g["members"]) == 1
         (m,) = g["members"]

@@ -271,22 +271,25 @@ async def configs_alter(args: argparse.Namespace, settings: dict[str, Any]) -> i
 
 
 async def groups_list(args: argparse.Namespace, settings: dict[str, Any]) -> int:
-    # Kafka's --list --state / --type take an optional value: alone, they add the column.
+    # Kafka's --list --state / --type take an optional value; given bare, they ask for the columns
+    # (with a value they only filter, as they always have here: the ids stay one per line).
     types = [t for t in args.type or () if t]
     states = [s.strip() for v in args.state or () if v for s in v.split(",") if s.strip()]
+    bare = None in (args.type or ()) or None in (args.state or ())
     async with AsyncAdmin(settings) as admin:
         groups = await admin.list_groups(types=types or None, states=states or None)
     if _json(args):
-        emit(
+        rows = [
             {
-                "groups": [
-                    {"group": g.group_id, "type": g.type or None, "protocol_type": g.protocol_type or None,
-                     "state": g.state or None}
-                    for g in groups
-                ]
+                "group": g.group_id,
+                "type": g.type or None,
+                "protocol_type": g.protocol_type or None,
+                "state": g.state or None,
             }
-        )  # fmt: skip
-    elif args.long or args.type is not None or args.state is not None:
+            for g in groups
+        ]
+        emit({"groups": rows})
+    elif args.long or bare:
         out(
             format_table(
                 ["GROUP", "TYPE", "PROTOCOL", "STATE"], ((g.group_id, g.type, g.protocol_type, g.state) for g in groups)
