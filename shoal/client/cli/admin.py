@@ -12,6 +12,7 @@ line and exits 1; usage mistakes raise ``UsageError`` (exit 2).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,7 @@ from shoal.client.admin.types import (
     ShareGroupDescription,
     TopicDescription,
 )
+from shoal.client.cli.progress import bar
 from shoal.client.cli.support import (
     UsageError,
     format_table,
@@ -34,6 +36,7 @@ from shoal.client.cli.support import (
     parse_key_values,
     parse_topic_partitions,
     plan_reset,
+    split_config_list,
 )
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.errors import BrokerResponseError
@@ -48,6 +51,27 @@ def out(text: str = "") -> None:
 
 def err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+def emit(doc: object) -> None:
+    """One JSON document on stdout (``--output json``; its shape is in ``client.cli.shapes``)."""
+    out(json.dumps(doc, indent=2))
+
+
+def _json(args: argparse.Namespace) -> bool:
+    return getattr(args, "output", "text") == "json"
+
+
+def names(args: argparse.Namespace, positional: str, option: str, what: str) -> list[str]:
+    """Entities named positionally (``shoal topics describe t``) or as Kafka's tools do (``--topic t``)."""
+    found = [*(getattr(args, positional, None) or ()), *(getattr(args, option, None) or ())]
+    if not found:
+        raise UsageError(f"name at least one {what}")
+    return list(dict.fromkeys(found))
+
+
+def _tp(tp: TopicPartition) -> dict[str, object]:
+    return {"topic": tp.topic, "partition": tp.partition}
 
 
 def _report(results: Mapping[Any, Any], ok: str | None, *, ignore: frozenset[str] = frozenset()) -> int:
@@ -69,7 +93,9 @@ def _report(results: Mapping[Any, Any], ok: str | None, *, ignore: frozenset[str
 
 async def topics_create(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     configs = parse_key_values(args.config or (), "--config")
-    topics = [NewTopic(n, args.partitions, args.replication_factor, configs) for n in args.topics]
+    topics = [
+        NewTopic(n, args.partitions, args.replication_factor, configs) for n in names(args, "topics", "topic", "topic")
+    ]
     async with AsyncAdmin(settings) as admin:
         res = await admin.create_topics(topics, validate_only=args.validate_only)
     ignore = frozenset({"TOPIC_ALREADY_EXISTS"}) if args.if_not_exists else frozenset()
@@ -80,6 +106,9 @@ async def topics_create(args: argparse.Namespace, settings: dict[str, Any]) -> i
 async def topics_list(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     async with AsyncAdmin(settings) as admin:
         topics = await admin.list_topics(include_internal=not args.exclude_internal)
+    if _json(args):
+        emit({"topics": [{"name": t.name, "internal": t.is_internal} for t in topics.values()]})
+        return 0
     for name in topics:
         out(name)
     return 0
@@ -87,23 +116,31 @@ async def topics_list(args: argparse.Namespace, settings: dict[str, Any]) -> int
 
 async def topics_describe(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     async with AsyncAdmin(settings) as admin:
-        names = args.topics or list(await admin.list_topics(include_internal=not args.exclude_internal))
-        described = await admin.describe_topics(names)
+        wanted = [*(args.topics or ()), *(args.topic or ())]
+        wanted = list(dict.fromkeys(wanted)) or list(
+            await admin.list_topics(include_internal=not args.exclude_internal)
+        )
+        described = await admin.describe_topics(wanted)
         found = [n for n, d in described.items() if isinstance(d, TopicDescription)]
         configs = await admin.describe_configs([ConfigResource.topic(n) for n in found]) if found else {}
     rc = 0
+    docs = []
     for name, d in described.items():
         if not isinstance(d, TopicDescription):
             err(f"Error: {d}")
             rc = 1
             continue
         entries = configs.get(ConfigResource.topic(name))
-        overrides = (
-            ",".join(f"{k}={e.value}" for k, e in entries.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG)
+        overridden = (
+            {k: e.value for k, e in entries.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG}
             if isinstance(entries, dict)
-            else ""
+            else {}
         )
+        overrides = ",".join(f"{k}={v}" for k, v in overridden.items())
         rf = len(d.partitions[0].replicas) if d.partitions else 0
+        if _json(args):
+            docs.append(_topic_doc(d, rf, overridden))
+            continue
         out(
             f"Topic: {name}\tTopicId: {d.topic_id}\tPartitionCount: {len(d.partitions)}\t"
             f"ReplicationFactor: {rf}\tConfigs: {overrides}"
@@ -114,12 +151,35 @@ async def topics_describe(args: argparse.Namespace, settings: dict[str, Any]) ->
                 f"\tTopic: {name}\tPartition: {p.partition}\tLeader: {leader}\t"
                 f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
             )
+    if _json(args):
+        emit({"topics": docs})
     return rc
+
+
+def _topic_doc(d: TopicDescription, rf: int, configs: dict[str, str | None]) -> dict[str, object]:
+    return {
+        "name": d.name,
+        "topic_id": str(d.topic_id),
+        "internal": d.is_internal,
+        "partition_count": len(d.partitions),
+        "replication_factor": rf,
+        "configs": configs,
+        "partitions": [
+            {
+                "partition": p.partition,
+                "leader": None if p.leader < 0 else p.leader,
+                "leader_epoch": p.leader_epoch,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+            }
+            for p in d.partitions
+        ],
+    }
 
 
 async def topics_delete(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     async with AsyncAdmin(settings) as admin:
-        res = await admin.delete_topics(args.topics)
+        res = await admin.delete_topics(names(args, "topics", "topic", "topic"))
     ignore = frozenset({"UNKNOWN_TOPIC_OR_PARTITION"}) if args.if_exists else frozenset()
     return _report(res, "Deleted topic {}.", ignore=ignore)
 
@@ -128,7 +188,7 @@ async def topics_alter(args: argparse.Namespace, settings: dict[str, Any]) -> in
     if args.partitions is None:
         raise UsageError("topics alter needs --partitions N")
     async with AsyncAdmin(settings) as admin:
-        res = await admin.create_partitions({t: args.partitions for t in args.topics})
+        res = await admin.create_partitions({t: args.partitions for t in names(args, "topics", "topic", "topic")})
     return _report(res, "Topic {} now has " + str(args.partitions) + " partitions.")
 
 
@@ -136,11 +196,20 @@ async def topics_alter(args: argparse.Namespace, settings: dict[str, Any]) -> in
 
 
 def _resource(args: argparse.Namespace) -> ConfigResource:
+    if args.entity_type is not None:  # kafka-configs.sh: --entity-type topics --entity-name t
+        if args.entity_name is None and args.entity_type != "brokers":
+            raise UsageError(f"--entity-type {args.entity_type} needs --entity-name")
+        make = {"topics": ConfigResource.topic, "brokers": ConfigResource.broker, "groups": ConfigResource.group}
+        return make[args.entity_type](args.entity_name or "")
+    if args.entity_name is not None:
+        raise UsageError("--entity-name needs --entity-type")
     if args.topic is not None:
         return ConfigResource.topic(args.topic)
     if args.group is not None:
         return ConfigResource.group(args.group)
-    return ConfigResource.broker(args.broker)
+    if args.broker is not None:
+        return ConfigResource.broker(args.broker)
+    raise UsageError("name the resource: --topic, --broker, --group or --entity-type/--entity-name")
 
 
 # What "configs describe" shows without --all: values someone set (Shoal's broker settings are static).
@@ -162,13 +231,31 @@ async def configs_describe(args: argparse.Namespace, settings: dict[str, Any]) -
         err(f"Error: {entries}")
         return 1
     shown = [e for e in entries.values() if args.all or e.source in _OVERRIDES]
+    if _json(args):
+        emit(
+            {
+                "resource": {"type": resource.type.name.lower(), "name": resource.name},
+                "configs": [
+                    {
+                        "name": e.name,
+                        "value": e.value,
+                        "source": e.source.name,
+                        "read_only": e.is_read_only,
+                        "sensitive": e.is_sensitive,
+                    }
+                    for e in shown
+                ],
+            }
+        )
+        return 0
     out(format_table(["NAME", "VALUE", "SOURCE"], ((e.name, e.value, e.source.name) for e in shown)))
     return 0
 
 
 async def configs_alter(args: argparse.Namespace, settings: dict[str, Any]) -> int:
-    ops = [AlterConfigOp.set(k, v) for k, v in parse_key_values(args.set, "--set").items()]
-    ops += [AlterConfigOp.delete(k) for k in args.delete]
+    added = [item for text in args.add_config for item in split_config_list(text)]
+    ops = [AlterConfigOp.set(k, v) for k, v in parse_key_values([*args.set, *added], "--set").items()]
+    ops += [AlterConfigOp.delete(k) for k in [*args.delete, *(k for t in args.delete_config for k in t.split(","))]]
     ops += [AlterConfigOp.append(k, v) for k, v in parse_key_values(args.append, "--append").items()]
     ops += [AlterConfigOp.subtract(k, v) for k, v in parse_key_values(args.subtract, "--subtract").items()]
     if not ops:
@@ -184,9 +271,25 @@ async def configs_alter(args: argparse.Namespace, settings: dict[str, Any]) -> i
 
 
 async def groups_list(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    # Kafka's --list --state / --type take an optional value; given bare, they ask for the columns
+    # (with a value they only filter, as they always have here: the ids stay one per line).
+    types = [t for t in args.type or () if t]
+    states = [s.strip() for v in args.state or () if v for s in v.split(",") if s.strip()]
+    bare = None in (args.type or ()) or None in (args.state or ())
     async with AsyncAdmin(settings) as admin:
-        groups = await admin.list_groups(types=args.type or None, states=args.state or None)
-    if args.long:
+        groups = await admin.list_groups(types=types or None, states=states or None)
+    if _json(args):
+        rows = [
+            {
+                "group": g.group_id,
+                "type": g.type or None,
+                "protocol_type": g.protocol_type or None,
+                "state": g.state or None,
+            }
+            for g in groups
+        ]
+        emit({"groups": rows})
+    elif args.long or bare:
         out(
             format_table(
                 ["GROUP", "TYPE", "PROTOCOL", "STATE"], ((g.group_id, g.type, g.protocol_type, g.state) for g in groups)
@@ -198,16 +301,48 @@ async def groups_list(args: argparse.Namespace, settings: dict[str, Any]) -> int
     return 0
 
 
+async def _group_ids(admin: AsyncAdmin, args: argparse.Namespace, share: bool) -> list[str]:
+    """``GROUP ...``, ``--group G`` (repeatable) or ``--all-groups``."""
+    if getattr(args, "all_groups", False):
+        if share:
+            return [g.group_id for g in await admin.list_share_groups()]
+        return [g.group_id for g in await admin.list_groups(types=["classic", "consumer"])]
+    return names(args, "groups", "group", "group (or --all-groups)")
+
+
 async def groups_describe(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     rc = 0
+    docs = []
     async with AsyncAdmin(settings) as admin:
-        described = await admin.describe_consumer_groups(args.groups)
+        described = await admin.describe_consumer_groups(await _group_ids(admin, args, share=False))
         for gid, d in described.items():
             if not isinstance(d, ConsumerGroupDescription):
                 err(f"Error: {d}")
                 rc = 1
                 continue
-            if args.state:
+            if _json(args):
+                docs.append(
+                    {
+                        "group": gid,
+                        "state": d.state,
+                        "coordinator": d.coordinator,
+                        "assignment_strategy": d.partition_assignor or None,
+                        "members": [
+                            {
+                                "consumer_id": m.member_id,
+                                "group_instance_id": m.group_instance_id,
+                                "host": m.host,
+                                "client_id": m.client_id,
+                                "assignment": [_tp(tp) for tp in sorted(m.assignment)],
+                            }
+                            for m in d.members
+                        ],
+                        "offsets": [
+                            dict(zip(_OFFSET_KEYS, row[1:], strict=True)) for row in await _group_offsets(admin, d)
+                        ],
+                    }
+                )
+            elif args.state:
                 out(
                     format_table(
                         ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
@@ -217,9 +352,11 @@ async def groups_describe(args: argparse.Namespace, settings: dict[str, Any]) ->
             elif args.members:
                 out(_members_table(gid, d.members))
             else:
-                out(await _group_offsets_table(admin, d))
+                out(format_table(_OFFSET_HEADERS, await _group_offsets(admin, d)))
             if d.state == "Empty":
                 err(f"Consumer group '{gid}' has no active members.")
+    if _json(args):
+        emit({"groups": docs})
     return rc
 
 
@@ -238,7 +375,15 @@ def _assignment(tps: tuple[TopicPartition, ...]) -> str:
     return ",".join(f"{t}:{'.'.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items())) or "-"
 
 
-async def _group_offsets_table(admin: AsyncAdmin, d: ConsumerGroupDescription) -> str:
+# kafka-consumer-groups.sh --describe's columns, and the same as JSON keys.
+_OFFSET_HEADERS = [
+    "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"
+]  # fmt: skip
+_OFFSET_KEYS = [h.lower().replace("-", "_") for h in _OFFSET_HEADERS[1:]]
+
+
+async def _group_offsets(admin: AsyncAdmin, d: ConsumerGroupDescription) -> list[tuple[Any, ...]]:
+    """One row per partition the group has an offset for or owns, in ``_OFFSET_HEADERS`` order."""
     committed = await admin.list_consumer_group_offsets(d.group_id)
     owner = {tp: m for m in d.members for tp in m.assignment}
     tps = sorted(set(committed) | set(owner))
@@ -255,15 +400,12 @@ async def _group_offsets_table(admin: AsyncAdmin, d: ConsumerGroupDescription) -
             (d.group_id, tp.topic, tp.partition, current, log_end, lag)
             + ((m.member_id, m.host, m.client_id) if m is not None else (None, None, None))
         )
-    return format_table(
-        ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"],
-        rows,
-    )
+    return rows
 
 
 async def groups_delete(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     async with AsyncAdmin(settings) as admin:
-        res = await admin.delete_consumer_groups(args.groups)
+        res = await admin.delete_consumer_groups(await _group_ids(admin, args, share=False))
     return _report(res, "Deleted consumer group '{}'.")
 
 
@@ -274,7 +416,9 @@ async def share_groups_list(args: argparse.Namespace, settings: dict[str, Any]) 
     states = [s.strip() for s in (args.state or "").split(",") if s.strip()]
     async with AsyncAdmin(settings) as admin:
         groups = await admin.list_share_groups(states=states or None)
-    if args.state is not None:
+    if _json(args):
+        emit({"groups": [{"group": g.group_id, "state": g.state or None} for g in groups]})
+    elif args.state is not None:
         out(format_table(["GROUP", "STATE"], ((g.group_id, g.state) for g in groups)))
     else:
         for g in groups:
@@ -284,14 +428,26 @@ async def share_groups_list(args: argparse.Namespace, settings: dict[str, Any]) 
 
 async def share_groups_describe(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     rc = 0
+    docs = []
     async with AsyncAdmin(settings) as admin:
-        described = await admin.describe_share_groups(args.groups)
+        described = await admin.describe_share_groups(await _group_ids(admin, args, share=True))
         for gid, d in described.items():
+            offsets: list[tuple[TopicPartition, Any]] = []
             if not isinstance(d, ShareGroupDescription):
                 err(f"Error: {d}")
                 rc = 1
                 continue
-            if args.state:
+            if _json(args) or not (args.state or args.members):
+                offsets = []
+                for tp, info in sorted((await admin.list_share_group_offsets(gid)).items()):
+                    if isinstance(info, BaseException):
+                        err(f"Error: {info}")
+                        rc = 1
+                        continue
+                    offsets.append((tp, info))
+            if _json(args):
+                docs.append(_share_group_doc(d, offsets))
+            elif args.state:
                 out(
                     format_table(
                         ["GROUP", "COORDINATOR (ID)", "STATE", "#MEMBERS"],
@@ -300,31 +456,65 @@ async def share_groups_describe(args: argparse.Namespace, settings: dict[str, An
                 )
             elif args.members:
                 out(_members_table(gid, d.members))
+            elif not offsets:
+                out(f"Share group '{gid}' has no offset information.")
             else:
-                offsets = await admin.list_share_group_offsets(gid)
-                if not offsets:
-                    out(f"Share group '{gid}' has no offset information.")
-                else:
-                    headers = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+                headers = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+                if args.verbose:
+                    headers.insert(3, "LEADER-EPOCH")
+                rows = []
+                for tp, info in offsets:
+                    row: list[object] = [gid, tp.topic, tp.partition, info.start_offset, info.lag]
                     if args.verbose:
-                        headers.insert(3, "LEADER-EPOCH")
-                    rows = []
-                    for tp, info in offsets.items():
-                        if isinstance(info, BaseException):
-                            err(f"Error: {info}")
-                            rc = 1
-                            continue
-                        row: list[object] = [gid, tp.topic, tp.partition, info.start_offset, info.lag]
-                        if args.verbose:
-                            row.insert(3, info.leader_epoch)
-                        rows.append(row)
-                    out(format_table(headers, rows))
+                        row.insert(3, info.leader_epoch)
+                    rows.append(row)
+                out(format_table(headers, rows))
             if d.state == "Empty":
                 err(f"Share group '{gid}' has no active members.")
+    if _json(args):
+        emit({"groups": docs})
     return rc
 
 
+def _share_group_doc(d: ShareGroupDescription, offsets: list[tuple[TopicPartition, Any]]) -> dict[str, object]:
+    return {
+        "group": d.group_id,
+        "state": d.state,
+        "coordinator": d.coordinator,
+        "group_epoch": d.group_epoch,
+        "assignment_epoch": d.assignment_epoch,
+        "members": [
+            {
+                "consumer_id": m.member_id,
+                "member_epoch": m.member_epoch,
+                "host": m.host,
+                "client_id": m.client_id,
+                "rack_id": m.rack_id,
+                "subscribed_topics": list(m.subscribed_topics),
+                "assignment": [_tp(tp) for tp in sorted(m.assignment)],
+            }
+            for m in d.members
+        ],
+        "offsets": [
+            {**_tp(tp), "start_offset": i.start_offset, "leader_epoch": i.leader_epoch, "lag": i.lag}
+            for tp, i in offsets
+        ],
+    }
+
+
 async def share_groups_reset_offsets(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    return await _reset_offsets(args, settings, share=True)
+
+
+async def groups_reset_offsets(args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    return await _reset_offsets(args, settings, share=False)
+
+
+_RESET_CHUNK = 200  # partitions per alter request: the bar moves on many partitions
+
+
+async def _reset_offsets(args: argparse.Namespace, settings: dict[str, Any], *, share: bool) -> int:
+    """kafka-share-groups.sh / kafka-consumer-groups.sh --reset-offsets: a plan, applied with --execute."""
     scenarios = [s for s in ("to_earliest", "to_latest") if getattr(args, s)]
     if args.to_offset is not None:
         scenarios.append("to_offset")
@@ -341,15 +531,17 @@ async def share_groups_reset_offsets(args: argparse.Namespace, settings: dict[st
     specs = parse_topic_partitions(args.topic or ())
     group = args.group
     async with AsyncAdmin(settings) as admin:
-        d = (await admin.describe_share_groups([group]))[group]
-        if isinstance(d, ShareGroupDescription) and d.state not in ("Empty", "Dead"):
+        described = await (admin.describe_share_groups if share else admin.describe_consumer_groups)([group])
+        d = described[group]
+        if isinstance(d, (ShareGroupDescription, ConsumerGroupDescription)) and d.state not in ("Empty", "Dead"):
             raise BrokerResponseError(
                 ErrorCode.NON_EMPTY_GROUP,
-                f"share group {group!r}: the group is not empty ({d.state}, {len(d.members)} members)",
+                f"{'share ' if share else ''}group {group!r}: the group is not empty "
+                f"({d.state}, {len(d.members)} members)",
             )
         if isinstance(d, BrokerResponseError) and d.name != "GROUP_ID_NOT_FOUND":
             raise d
-        partitions = await _reset_partitions(admin, group, specs)
+        partitions = await _reset_partitions(admin, group, specs, share)
         earliest = await _offsets(admin, partitions, OffsetSpec.EARLIEST)
         latest = await _offsets(admin, partitions, OffsetSpec.LATEST)
         by_time = await _offsets(admin, partitions, when) if when is not None else None
@@ -360,10 +552,28 @@ async def share_groups_reset_offsets(args: argparse.Namespace, settings: dict[st
             err(f"WARN: {w}")
         rc = 0
         if args.execute:
-            res = await admin.alter_share_group_offsets(group, plan.offsets)
-            rc = _report(res, None)
+            alter = admin.alter_share_group_offsets if share else admin.alter_consumer_group_offsets
+            items = list(plan.offsets.items())
+            shown = bar(f"Resetting offsets of {group}", total=len(items), unit="partitions")
+            try:
+                for i in range(0, len(items), _RESET_CHUNK):
+                    chunk = dict(items[i : i + _RESET_CHUNK])
+                    rc = max(rc, _report(await alter(group, chunk), None))
+                    shown.advance(len(chunk))
+            finally:
+                shown.close()
         elif not args.dry_run:
             err("WARN: No action will be performed as the --execute option is missing. Add --dry-run to say so.")
+    if _json(args):
+        emit(
+            {
+                "group": group,
+                "executed": bool(args.execute),
+                "offsets": [{**_tp(tp), "new_offset": o} for tp, o in plan.offsets.items()],
+                "warnings": plan.warnings,
+            }
+        )
+        return rc
     out(
         format_table(
             ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
@@ -374,10 +584,12 @@ async def share_groups_reset_offsets(args: argparse.Namespace, settings: dict[st
 
 
 async def _reset_partitions(
-    admin: AsyncAdmin, group: str, specs: list[tuple[str, list[int] | None]]
+    admin: AsyncAdmin, group: str, specs: list[tuple[str, list[int] | None]], share: bool
 ) -> list[TopicPartition]:
-    if not specs:  # --all-topics: what the group has state for
-        return sorted(await admin.list_share_group_offsets(group))
+    if not specs:  # --all-topics: what the group has offsets for
+        if share:
+            return sorted(await admin.list_share_group_offsets(group))
+        return sorted(await admin.list_consumer_group_offsets(group))
     described = await admin.describe_topics(sorted({t for t, _ in specs}))
     chosen: list[TopicPartition] = []
     for topic, parts in specs:
@@ -415,7 +627,7 @@ async def share_groups_delete_offsets(args: argparse.Namespace, settings: dict[s
 
 async def share_groups_delete(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     async with AsyncAdmin(settings) as admin:
-        res = await admin.delete_share_groups(args.group)
+        res = await admin.delete_share_groups(await _group_ids(admin, args, share=True))
     return _report(res, "Deleted share group '{}'.")
 
 
@@ -430,6 +642,7 @@ VERBS = {
     ("groups", "list"): groups_list,
     ("groups", "describe"): groups_describe,
     ("groups", "delete"): groups_delete,
+    ("groups", "reset-offsets"): groups_reset_offsets,
     ("share-groups", "list"): share_groups_list,
     ("share-groups", "describe"): share_groups_describe,
     ("share-groups", "reset-offsets"): share_groups_reset_offsets,

@@ -2,8 +2,9 @@
 
 Why they look like Kafka's console tools: a line is a record, ``--key-separator``
 splits key from value, output is the value per line (``--print-key`` adds the
-key); data goes to stdout, progress and rates to stderr every few seconds on
-long runs, so ``shoal consume ... > file`` captures only records.
+key); data goes to stdout, and a progress bar to stderr only when stderr is a terminal
+(``cli.progress``), so ``shoal consume ... > file`` captures only records and piped or
+logged stderr holds only Kafka's closing "Processed a total of N messages".
 
 * **produce** reads stdin in blocks on a worker thread (a regular file or a
   pipe alike) and keeps the producer's send path on the event loop; every
@@ -31,12 +32,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
+import stat
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from shoal.client.cli.progress import bar
 from shoal.client.cli.support import Progress, UsageError, parse_key_values
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.errors import KafkaClientError
@@ -49,6 +53,15 @@ PROGRESS_INTERVAL_S = 5.0
 
 def _err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+def _stdin_size() -> int | None:
+    """The size of stdin when it is a regular file (``produce t < file``): the bar's total."""
+    try:
+        st = os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError):
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
 async def _stdin_lines() -> AsyncIterator[bytes]:
@@ -120,26 +133,29 @@ def _line(record: Any, args: argparse.Namespace) -> str:
 
 
 class _Out:
-    """Records to stdout, progress to stderr."""
+    """Records to stdout; a progress bar on stderr when it is a terminal (``cli.progress``).
 
-    def __init__(self, what: str) -> None:
+    Records printed to a terminal are their own progress, so the read verbs draw a bar only
+    when stdout goes elsewhere (``shoal consume t --max-messages 1000000 > file``)."""
+
+    def __init__(self, what: str, total: int | None = None, unit: str = "records", *, data_out: bool) -> None:
         self.progress = Progress(what, clock=time.monotonic, interval_s=PROGRESS_INTERVAL_S)
-        self.reported = False
+        shown = sys.stderr.isatty() and not (data_out and sys.stdout.isatty())
+        self.bar = bar(what, total, unit, enabled=shown)
+        self.shown = shown
 
     def record(self, text: str) -> None:
         sys.stdout.write(text)
         self.count(1)
 
-    def count(self, n: int) -> None:
-        msg = self.progress.add(n)
-        if msg is not None:
-            sys.stdout.flush()
-            _err(msg)
-            self.reported = True
+    def count(self, n: int, steps: int | None = None) -> None:
+        self.progress.add(n)
+        self.bar.advance(n if steps is None else steps)
 
     def finish(self) -> None:
+        self.bar.close()
         sys.stdout.flush()
-        if self.reported:
+        if self.shown:
             _err(self.progress.summary())
         _err(f"Processed a total of {self.progress.total} messages")  # as Kafka's console tools
 
@@ -166,7 +182,8 @@ async def produce(args: argparse.Namespace, settings: dict[str, Any]) -> int:
             failed += 1
             first = first or e
 
-    out = _Out("Produced")
+    size = _stdin_size()
+    out = _Out(f"Producing to {args.topic}", size, "bytes" if size is not None else "records", data_out=False)
     line_no = 0
     async with AsyncProducer(settings) as producer:
         try:
@@ -181,7 +198,7 @@ async def produce(args: argparse.Namespace, settings: dict[str, Any]) -> int:
                     value = line
                 fut = await producer.send(args.topic, value, key=key, partition=args.partition, headers=headers)
                 fut.add_done_callback(done)
-                out.count(1)
+                out.count(1, len(line) + 1 if size is not None else None)
         finally:
             await producer.flush()
     await asyncio.sleep(0)  # let the last outcome callbacks run
@@ -224,7 +241,7 @@ async def consume(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     every = await _all_partitions(args.topic, settings)  # an unknown topic fails here, in every mode
     if args.partition is not None and TopicPartition(args.topic, args.partition) not in every:
         raise KafkaClientError(f"topic {args.topic!r} has no partition {args.partition}")
-    out = _Out("Consumed")
+    out = _Out(f"Consuming {args.topic}", args.max_messages, data_out=True)
     left = args.max_messages
     async with AsyncConsumer(cfg) as consumer:
         if args.group:
@@ -341,7 +358,7 @@ async def share_consume(args: argparse.Namespace, settings: dict[str, Any]) -> i
     cfg = dict(settings)
     cfg["group.id"] = args.group
     cfg["share.acknowledgement.mode"] = "explicit"
-    out = _Out("Delivered")
+    out = _Out(f"Share-consuming {args.topic}", args.max_messages, data_out=True)
     left = args.max_messages
     failures: list[BaseException] = []
     async with AsyncShareConsumer(cfg) as consumer:

@@ -24,11 +24,13 @@ __all__ = [
     "ResetPlan",
     "UsageError",
     "format_table",
+    "kafka_actions",
     "parse_datetime_ms",
     "parse_key_values",
     "parse_properties",
     "parse_topic_partitions",
     "plan_reset",
+    "split_config_list",
 ]
 
 
@@ -94,6 +96,73 @@ def parse_key_values(items: Iterable[str], what: str) -> dict[str, str]:
             raise UsageError(f"{what} expects key=value, got {item!r}")
         out[key.strip()] = value
     return out
+
+
+def split_config_list(text: str) -> list[str]:
+    """kafka-configs.sh's ``--add-config 'k1=v1,k2=[a,b]'``: ``["k1=v1", "k2=a,b"]`` (brackets hold a list)."""
+    items: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for c in text:
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth = max(depth - 1, 0)
+        elif c == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+            continue
+        else:
+            current.append(c)
+            continue
+    items.append("".join(current))
+    return [i.strip() for i in items if i.strip()]
+
+
+# -- Kafka's spellings ---------------------------------------------------------------------------
+
+# kafka-topics.sh, kafka-consumer-groups.sh, kafka-share-groups.sh and kafka-configs.sh name the
+# action with a flag (--describe); shoal with a verb (describe). Both are accepted.
+_ACTIONS: dict[str, tuple[str, ...]] = {
+    "topics": ("list", "describe", "create", "alter", "delete"),
+    "groups": ("list", "describe", "delete", "reset-offsets"),
+    "consumer-groups": ("list", "describe", "delete", "reset-offsets"),
+    "share-groups": ("list", "describe", "delete", "reset-offsets", "delete-offsets"),
+    "configs": ("describe", "alter"),
+}
+
+
+def kafka_actions(argv: Sequence[str], valued: frozenset[str]) -> list[str]:
+    """``shoal topics --describe --topic t`` -> ``shoal topics describe --topic t``.
+
+    ``valued`` are the top-level options that take a value (skipped while looking for the
+    area). Unchanged when a verb follows the area or no action flag is given (argparse then
+    says what is missing); two action flags are a UsageError, as Kafka's tools refuse them."""
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok in valued:
+            i += 2
+            continue
+        if tok.startswith("-"):
+            i += 1
+            continue
+        break
+    if i >= len(args) or args[i] not in _ACTIONS:
+        return args
+    area = args[i]
+    if i + 1 < len(args) and not args[i + 1].startswith("-"):
+        return args  # a verb (or a typo argparse will name)
+    flags = {f"--{a}": a for a in _ACTIONS[area]}
+    found = [j for j in range(i + 1, len(args)) if args[j] in flags]
+    if len(found) > 1:
+        raise UsageError(f"{area}: give exactly one action, not {' and '.join(args[j] for j in found)}")
+    if not found:
+        return args
+    verb = flags[args.pop(found[0])]
+    args.insert(i + 1, verb)
+    return args
 
 
 # -- topics and partitions ----------------------------------------------------------------------
