@@ -45,7 +45,7 @@ def group_config(port: int, group: str, **configs: str) -> None:
 
 
 def produce(
-    bootstrap: str, topic: str, n: int, prefix: str = "v", *, partition: int | None = None, start: int = 0
+    bootstrap: str, topic: str, n: int, partition: int | None = None, start: int = 0, *, prefix: str = "v"
 ) -> None:
     """Values ``f"{prefix}{i}"`` for i in [start, start + n), by librdkafka, to one partition or spread."""
     p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "log_level": 0, "linger.ms": 5})
