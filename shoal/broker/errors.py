@@ -11,8 +11,9 @@ Why not the protocol's or the client's exception: the client's
 ``BrokerResponseError`` means "a broker answered with this code"; this one means
 "answer with this code". Two names, one meaning each.
 
-What it is not for (see ARCHITECTURE.md, "Errors"): sans-IO cores return their
-refusals (an ``ErrorCode``, or a result that carries one) instead of raising;
+What it is not for (see ARCHITECTURE.md, "Errors"): the sans-IO state machines
+(groups, share partitions, sessions, shards) return their refusals (an
+``ErrorCode``, or a result that carries one) instead of raising;
 undecodable bytes are ``protocol.exceptions.ProtocolError`` (the connection is
 closed); anything else that escapes a handler is a bug, logged with its
 traceback, and the connection is closed. Pure: no I/O, no asyncio.
