@@ -20,7 +20,10 @@ so that a checker still reads its body: a stub hides the module it describes).
   raises, because a peer running a newer Kafka may send a code we have not
   heard of; it hands back a synthetic, non-retriable ``UNKNOWN`` entry that
   keeps the original number.
-* ``KafkaErrorResponse``: the exception the client raises for a non-zero code.
+
+No exception lives here: a code means "the broker answered X" to the client
+(``client.core.errors.BrokerResponseError``) and "answer X" to the broker
+(``broker.errors.ErrorAnswer``), so each side names its own.
 
 The codes, names and retriable flags are Kafka's (as of Apache Kafka 4.2,
 whose newest code is 133). The messages are Shoal's own short descriptions;
@@ -38,7 +41,6 @@ __all__ = [
     "ERRORS",
     "UNKNOWN_NAME",
     "KafkaError",
-    "KafkaErrorResponse",
     "by_name",
     "error_for",
 ]
@@ -496,35 +498,3 @@ def by_name(name: str) -> KafkaError:
         return _BY_NAME[name.upper()]
     except KeyError:
         raise KeyError(f"no Kafka error named {name!r}") from None
-
-
-class KafkaErrorResponse(Exception):
-    """A broker answered with a non-zero error code.
-
-    Carries the table entry as `error`. `detail` is the free-text
-    error_message some responses include; when present it is shown instead of
-    the table's default message.
-    """
-
-    def __init__(self, error: KafkaError | int, detail: str | None = None) -> None:
-        if not isinstance(error, KafkaError):
-            error = error_for(error)
-        self.error = error
-        self.detail = detail
-        super().__init__(f"{error.name} ({error.code}): {detail or error.message}")
-
-    @property
-    def code(self) -> int:
-        return self.error.code
-
-    @property
-    def name(self) -> str:
-        return self.error.name
-
-    @property
-    def retriable(self) -> bool:
-        return self.error.retriable
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # The default would re-create us from the rendered string alone.
-        return (type(self), (self.error, self.detail))

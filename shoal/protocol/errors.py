@@ -14,7 +14,6 @@ from shoal.protocol.error_table import (
     ERRORS,
     UNKNOWN_NAME,
     KafkaError,
-    KafkaErrorResponse,
     _ErrorCodeBase,
     by_name,
     error_for,
@@ -25,7 +24,6 @@ __all__ = [
     "UNKNOWN_NAME",
     "ErrorCode",
     "KafkaError",
-    "KafkaErrorResponse",
     "by_name",
     "error_for",
 ]

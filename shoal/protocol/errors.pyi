@@ -5,7 +5,6 @@
 from shoal.protocol.error_table import ERRORS as ERRORS
 from shoal.protocol.error_table import UNKNOWN_NAME as UNKNOWN_NAME
 from shoal.protocol.error_table import KafkaError as KafkaError
-from shoal.protocol.error_table import KafkaErrorResponse as KafkaErrorResponse
 from shoal.protocol.error_table import _ErrorCodeBase
 from shoal.protocol.error_table import by_name as by_name
 from shoal.protocol.error_table import error_for as error_for

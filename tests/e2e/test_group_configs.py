@@ -26,8 +26,9 @@ from confluent_kafka.admin import (
 from shoal.broker.config.group_configs import FILE_NAME, OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT, GroupConfigs
 from shoal.broker.config.settings import BrokerConfig
 from shoal.broker.config.settings import ConfigSource as Source
+from shoal.broker.errors import ErrorAnswer
 from shoal.protocol.api import api_by_name
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 from tests.support.brokers import BrokerProcess, RawClient
 
 _IAC = api_by_name("IncrementalAlterConfigs").request_class()
@@ -52,8 +53,8 @@ def store(path: Path, *overrides: str) -> GroupConfigs:
 
 @contextlib.contextmanager
 def rejected(code: ErrorCode, match: str | None = None) -> Iterator[None]:
-    """pytest.raises for a KafkaErrorResponse with ``code`` whose text matches ``match``."""
-    with pytest.raises(KafkaErrorResponse, match=match) as info:
+    """pytest.raises for a ErrorAnswer with ``code`` whose text matches ``match``."""
+    with pytest.raises(ErrorAnswer, match=match) as info:
         yield
     assert info.value.code == code, info.value
 

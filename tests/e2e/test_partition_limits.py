@@ -20,7 +20,8 @@ import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.errors import ErrorAnswer
+from shoal.protocol.errors import ErrorCode
 from shoal.testing import EmbeddedBroker
 from tests.support.brokers import BrokerProcess, RawClient
 
@@ -106,15 +107,15 @@ def test_a_creation_that_fails_midway_removes_what_it_opened() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (before + 40, hard))
             try:
                 return topics.create("midway", 200, {})
-            except KafkaErrorResponse as e:
+            except ErrorAnswer as e:
                 return e
             finally:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
         error = b.call(create)
-        assert isinstance(error, KafkaErrorResponse) and error.code == ErrorCode.UNKNOWN_SERVER_ERROR
-        assert "could not open partition midway-" in str(error.detail), error.detail
-        assert "Too many open files" in str(error.detail), error.detail
+        assert isinstance(error, ErrorAnswer) and error.code == ErrorCode.UNKNOWN_SERVER_ERROR
+        assert "could not open partition midway-" in str(error.message), error.message
+        assert "Too many open files" in str(error.message), error.message
         assert open_fds(os.getpid()) == before
         assert b.call(lambda: topics.get("midway")) is None
         assert not any(d.name.startswith("midway-") for d in b.data_dir.iterdir())

@@ -1,4 +1,5 @@
-"""Tests for protocol.errors: the table itself, the lookups, the exception."""
+"""Tests for protocol.errors (the table itself, the lookups) and the two exceptions built on it:
+the client's BrokerResponseError ("the broker answered X") and the broker's ErrorAnswer ("answer X")."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import pickle
 import pytest
 from kio.schema.errors import ErrorCode as KioErrorCode
 
+from shoal.broker.errors import ErrorAnswer
+from shoal.client.core.errors import BrokerResponseError, KafkaClientError, KafkaErrorResponse
+from shoal.protocol import errors as protocol_errors
 from shoal.protocol.errors import (
     ERRORS,
     UNKNOWN_NAME,
     ErrorCode,
     KafkaError,
-    KafkaErrorResponse,
     by_name,
     error_for,
 )
@@ -159,12 +162,12 @@ def test_by_name() -> None:
         by_name("NOT_A_REAL_ERROR")
 
 
-# --- KafkaErrorResponse --------------------------------------------------------
+# --- BrokerResponseError (client) --------------------------------------------------------
 
 
 def test_exception_from_entry_and_from_code() -> None:
-    a = KafkaErrorResponse(by_name("NOT_COORDINATOR"))
-    b = KafkaErrorResponse(16)
+    a = BrokerResponseError(by_name("NOT_COORDINATOR"))
+    b = BrokerResponseError(16)
     assert a.error is b.error
     assert a.retriable is True
     assert (a.code, a.name) == (16, "NOT_COORDINATOR")
@@ -173,26 +176,55 @@ def test_exception_from_entry_and_from_code() -> None:
 
 
 def test_exception_not_retriable_and_detail() -> None:
-    exc = KafkaErrorResponse(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "denied for user x")
+    exc = BrokerResponseError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "denied for user x")
     assert exc.retriable is False
     assert exc.detail == "denied for user x"
     assert str(exc).endswith("denied for user x")
 
 
 def test_exception_unknown_code() -> None:
-    exc = KafkaErrorResponse(5000)
+    exc = BrokerResponseError(5000)
     assert exc.name == UNKNOWN_NAME
     assert exc.code == 5000
     assert not exc.retriable
 
 
 def test_exception_pickles() -> None:
-    exc = KafkaErrorResponse(22, "generation 3 is stale")
+    exc = BrokerResponseError(22, "generation 3 is stale")
     back = pickle.loads(pickle.dumps(exc))
-    assert isinstance(back, KafkaErrorResponse)
+    assert isinstance(back, BrokerResponseError)
     assert back.error == exc.error
     assert back.detail == exc.detail
     assert str(back) == str(exc)
+
+
+def test_client_keeps_the_old_name_as_an_alias() -> None:
+    assert KafkaErrorResponse is BrokerResponseError
+    assert issubclass(BrokerResponseError, KafkaClientError)
+    assert not hasattr(protocol_errors, "KafkaErrorResponse")  # one meaning per name: not in the shared layer
+
+
+# --- ErrorAnswer (broker) ---------------------------------------------------------
+
+
+def test_error_answer_carries_code_and_message() -> None:
+    exc = ErrorAnswer(ErrorCode.INVALID_CONFIG, "segment.ms: must be at least 1")
+    assert (exc.code, exc.name, exc.message) == (40, "INVALID_CONFIG", "segment.ms: must be at least 1")
+    assert str(exc) == "INVALID_CONFIG (40): segment.ms: must be at least 1"
+    assert not isinstance(exc, BrokerResponseError)
+
+
+def test_error_answer_without_message_reads_the_table() -> None:
+    exc = ErrorAnswer(ErrorCode.NOT_COORDINATOR)
+    assert exc.message is None  # the response's error_message stays null
+    assert str(exc) == f"NOT_COORDINATOR (16): {by_name('NOT_COORDINATOR').message}"
+    assert ErrorAnswer(5000).name == UNKNOWN_NAME
+
+
+def test_error_answer_pickles() -> None:
+    back = pickle.loads(pickle.dumps(ErrorAnswer(ErrorCode.NON_EMPTY_GROUP, "Share group g is not empty.")))
+    assert isinstance(back, ErrorAnswer)
+    assert (back.code, back.message) == (ErrorCode.NON_EMPTY_GROUP, "Share group g is not empty.")
 
 
 def test_table_entries_are_kafka_errors() -> None:

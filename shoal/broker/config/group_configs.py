@@ -44,7 +44,8 @@ from shoal.broker.config.settings import (
     resolve_group_configs,
     validate_group_configs,
 )
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.errors import ErrorAnswer
+from shoal.protocol.errors import ErrorCode
 
 __all__ = ["FILE_NAME", "OP_APPEND", "OP_DELETE", "OP_SET", "OP_SUBTRACT", "GroupConfigs"]
 
@@ -144,7 +145,7 @@ class GroupConfigs:
         with the broker's defaults.
         """
         if not group_id:
-            raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+            raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
         return describe_group_configs(self._overrides.get(group_id, {}), self.broker_config, names)
 
     # -- changes -----------------------------------------------------------------
@@ -156,24 +157,24 @@ class GroupConfigs:
         """Apply IncrementalAlterConfigs operations to one group's overrides.
 
         Validates the whole resulting override set first; raises
-        KafkaErrorResponse (INVALID_REQUEST for an empty group id or an unknown
+        ErrorAnswer (INVALID_REQUEST for an empty group id or an unknown
         operation, INVALID_CONFIG with the reason otherwise) and changes nothing
         on error. With ``validate_only`` nothing is stored either. Returns the
         group's overrides as they are (or would be) after the change.
         """
         if not group_id:
-            raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+            raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
         current = self._overrides.get(group_id, {})
         new = _apply_ops(current, ops)
         nulls = sorted(name for name, value in new.items() if value is None)
         if nulls:
-            raise KafkaErrorResponse(
+            raise ErrorAnswer(
                 ErrorCode.INVALID_CONFIG, f"Null value not supported for group configs: {','.join(nulls)}"
             )
         try:
             validate_group_configs(new, self.broker_config)
         except ConfigError as e:
-            raise KafkaErrorResponse(ErrorCode.INVALID_CONFIG, str(e)) from None
+            raise ErrorAnswer(ErrorCode.INVALID_CONFIG, str(e)) from None
         stored: dict[str, str] = {k: v for k, v in new.items() if v is not None}
         if validate_only or stored == current:
             return dict(stored)
@@ -194,7 +195,7 @@ class GroupConfigs:
             else:
                 self._overrides[group_id] = before
             log.error("could not persist configs of group %r: %s", group_id, e)
-            raise KafkaErrorResponse(ErrorCode.KAFKA_STORAGE_ERROR, f"could not persist group configs: {e}") from e
+            raise ErrorAnswer(ErrorCode.KAFKA_STORAGE_ERROR, f"could not persist group configs: {e}") from e
         self._resolved.pop(group_id, None)
         log.info("group %r configs now %s", group_id, stored or "at broker defaults")
         for fn in list(self._listeners):
@@ -263,9 +264,9 @@ def _apply_ops(current: Mapping[str, str], ops: Iterable[Any]) -> dict[str, str 
         elif code == OP_DELETE:
             new.pop(op.name, None)
         elif code in _OP_NAMES:  # (Kafka's controller answers the same: no group config is a LIST)
-            raise KafkaErrorResponse(
+            raise ErrorAnswer(
                 ErrorCode.INVALID_CONFIG, f"Can't {_OP_NAMES[code]} to key {op.name} because its type is not LIST."
             )
         else:
-            raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, f"unknown config operation {code}")
+            raise ErrorAnswer(ErrorCode.INVALID_REQUEST, f"unknown config operation {code}")
     return new

@@ -48,8 +48,9 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.broker.coordinator.shard import Record, Shard, partition_for
 from shoal.broker.coordinator.write_errors import write_failure
+from shoal.broker.errors import ErrorAnswer
 from shoal.protocol.coordinator_records import CoordinatorRecord, RecordSerde
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.records import build_batch
 
@@ -192,10 +193,10 @@ class CoordinatorRuntime:
         shard = self.shards.get(p)
         if shard is None:
             if p in self._loading:
-                raise KafkaErrorResponse(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-            raise KafkaErrorResponse(ErrorCode.NOT_COORDINATOR)
+                raise ErrorAnswer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            raise ErrorAnswer(ErrorCode.NOT_COORDINATOR)
         if self.partition(p).offline:  # its log directory failed: Kafka's coordinator resigns the partition
-            raise KafkaErrorResponse(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{p} is offline")
+            raise ErrorAnswer(ErrorCode.NOT_COORDINATOR, f"{self.topic}-{p} is offline")
         return shard
 
     def shard_for(self, key: str) -> Any:
@@ -209,7 +210,7 @@ class CoordinatorRuntime:
         shard before this returns; the future (None when there were no
         records) resolves once they are durable. A write the log refuses
         (records that cannot be encoded, a batch too large, a disk error)
-        raises KafkaErrorResponse with the error a client of the coordinator
+        raises ErrorAnswer with the error a client of the coordinator
         gets, and reverts the shard to its log (`_revert`), so no change the
         operation made in memory outlives the failed write. The future fails
         the same way when the fsync fails; the log directory is then offline

@@ -10,7 +10,8 @@ Sans-IO: the classic group core maps its own SyncGroup failures with it.
 
 from __future__ import annotations
 
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.broker.errors import ErrorAnswer
+from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
 
 
@@ -29,7 +30,7 @@ def append_error_code(exc: BaseException | None) -> int:
     """The Kafka error of a failed append, before normalization (NONE for no error)."""
     if exc is None:
         return ErrorCode.NONE
-    if isinstance(exc, KafkaErrorResponse):
+    if isinstance(exc, ErrorAnswer):
         return exc.code
     code = getattr(exc, "error_code", None)  # the log's own errors carry theirs
     if isinstance(code, int):
@@ -41,10 +42,8 @@ def append_error_code(exc: BaseException | None) -> int:
     return ErrorCode.NOT_COORDINATOR  # the coordinator is shutting down (flusher closed, task cancelled)
 
 
-def write_failure(exc: BaseException) -> KafkaErrorResponse:
+def write_failure(exc: BaseException) -> ErrorAnswer:
     """The error a coordinator write's client gets for `exc`."""
-    if isinstance(exc, KafkaErrorResponse):
-        return KafkaErrorResponse(append_error_to_response(exc.code), exc.detail)
-    return KafkaErrorResponse(
-        append_error_to_response(append_error_code(exc)), f"the coordinator's write failed: {exc}"
-    )
+    if isinstance(exc, ErrorAnswer):
+        return ErrorAnswer(append_error_to_response(exc.code), exc.message)
+    return ErrorAnswer(append_error_to_response(append_error_code(exc)), f"the coordinator's write failed: {exc}")

@@ -27,13 +27,14 @@ from typing import Any
 
 from shoal.broker.coordinator.runtime import CoordinatorRuntime
 from shoal.broker.coordinator.write_errors import append_error_code, append_error_to_response
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams
 from shoal.broker.groups.shard import GroupSettings, GroupShard
 from shoal.broker.groups.share.service import ShareGroupService
 from shoal.broker.timing.purgatory import DelayedOperation, Purgatory
 from shoal.broker.timing.wheel import TimerTask
 from shoal.protocol.coordinator_records import serde
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 log = logging.getLogger("shoal.groups")
 TOPIC = "__consumer_offsets"
@@ -199,7 +200,7 @@ class GroupCoordinator:
         if group.dirty:  # (checked here too: a heartbeat, the common case, writes nothing)
             try:
                 _, fut = self.runtime.submit(p, lambda shard: shard.store_group(group))
-            except KafkaErrorResponse as e:
+            except ErrorAnswer as e:
                 # Nothing was written and the shard is being replayed from its log: this group
                 # object is gone, and the requests it answered get the write's error instead.
                 self._deliver_failed(outbox, e.code)
@@ -218,7 +219,7 @@ class GroupCoordinator:
         """Persist a leader's assignment; the group learns the outcome once the write settled."""
         try:
             _, fut = self.runtime.submit(p, lambda shard: shard.store_assignment(group, write))
-        except KafkaErrorResponse:
+        except ErrorAnswer:
             return  # the shard was dropped and is replayed from its log; its syncs were answered
         if fut is not None:  # (None: the group belongs to a shard since reloaded)
             fut.add_done_callback(lambda f: self._assignment_stored(p, group, write, f))
@@ -316,11 +317,11 @@ class GroupCoordinator:
     def _route(self, gid: str) -> tuple[int, GroupShard]:
         """The shard of a classic group id (a share group's id is GROUP_ID_NOT_FOUND here)."""
         if not gid:
-            raise KafkaErrorResponse(ErrorCode.INVALID_GROUP_ID)
+            raise ErrorAnswer(ErrorCode.INVALID_GROUP_ID)
         p = self.runtime.partition_of(gid)
         shard = self.runtime.shard(p)
         if gid in shard.share_groups:
-            raise KafkaErrorResponse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a classic group.")
+            raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a classic group.")
         return p, shard
 
     async def join(self, gid: str, params: JoinParams) -> Any:
@@ -328,7 +329,7 @@ class GroupCoordinator:
 
         try:
             p, shard = self._route(gid)
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             return JoinResult(e.code, member_id=params.member_id)
         s = self.settings
         if not s.min_session_timeout_ms <= params.session_timeout_ms <= s.max_session_timeout_ms:
@@ -357,7 +358,7 @@ class GroupCoordinator:
 
         try:
             p, shard = self._route(gid)
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             return SyncResult(e.code)
         group = shard.group(gid)
         if group is None:
@@ -370,7 +371,7 @@ class GroupCoordinator:
     def heartbeat(self, gid: str, member_id: str, instance_id: str | None, generation: int) -> int:
         try:
             p, shard = self._route(gid)
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             return e.code
         group = shard.group(gid)
         if group is None:
@@ -382,7 +383,7 @@ class GroupCoordinator:
     def leave(self, gid: str, members: list[tuple[str, str | None]]) -> tuple[int, list[int]]:
         try:
             p, shard = self._route(gid)
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             return e.code, []
         group = shard.group(gid)
         if group is None:
@@ -453,7 +454,7 @@ class GroupCoordinator:
         for gid in gids:
             try:
                 p, shard = self._route(gid)
-            except KafkaErrorResponse as e:
+            except ErrorAnswer as e:
                 if e.code == ErrorCode.GROUP_ID_NOT_FOUND:
                     out.append(await self.share.delete_group(gid))
                 else:
@@ -470,7 +471,7 @@ class GroupCoordinator:
                 self._forget_group_timers(gid)
             try:
                 dead, durable = self.runtime.submit(p, lambda shard, gid=gid: shard.delete_group(gid, self.now()))
-            except KafkaErrorResponse as e:
+            except ErrorAnswer as e:
                 out.append(e.code)  # not deleted: the shard is replayed from its log, the group comes back
                 continue
             if dead is not None:
@@ -478,7 +479,7 @@ class GroupCoordinator:
             try:
                 if durable is not None:
                     await durable
-            except KafkaErrorResponse as e:
+            except ErrorAnswer as e:
                 out.append(e.code)
                 continue
             out.append(ErrorCode.NONE)
@@ -496,7 +497,7 @@ class GroupCoordinator:
         for p in list(self.runtime.shards):
             try:
                 n += await self.runtime.write(p, lambda shard: shard.expire(now))
-            except KafkaErrorResponse as e:
+            except ErrorAnswer as e:
                 log.error("__consumer_offsets-%d: expiring offsets failed (%s); retried next round", p, e)
         if n:
             log.info("expired %d offsets/groups", n)
@@ -507,7 +508,7 @@ class GroupCoordinator:
         for p in list(self.runtime.shards):
             try:
                 _, fut = self.runtime.submit(p, lambda shard: shard.delete_topic_offsets(name))
-            except KafkaErrorResponse as e:
+            except ErrorAnswer as e:
                 log.error("__consumer_offsets-%d: tombstoning offsets of deleted topic %s failed: %s", p, name, e)
                 continue
             if fut is not None:

@@ -35,12 +35,13 @@ from shoal.broker.config.settings import (
     describe_topic_configs,
     validate_topic_configs,
 )
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.topics import validate_topic_name
 from shoal.protocol import messages
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 from shoal.protocol.messages import ZERO_UUID
 
 RESOURCE_TOPIC = 2
@@ -51,7 +52,7 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 def _check_replication(broker: Broker, replication_factor: int, assignments: list | None) -> None:
     if replication_factor not in (-1, 1) and not assignments:
-        raise KafkaErrorResponse(
+        raise ErrorAnswer(
             ErrorCode.INVALID_REPLICATION_FACTOR,
             f"Unable to replicate the partition {replication_factor} time(s): "
             "the target replication factor cannot be reached because only 1 broker is registered.",
@@ -59,7 +60,7 @@ def _check_replication(broker: Broker, replication_factor: int, assignments: lis
     for a in assignments or ():
         ids = a.broker_ids
         if list(ids) != [broker.node_id]:
-            raise KafkaErrorResponse(
+            raise ErrorAnswer(
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"replica assignment {list(ids)} names brokers other than {broker.node_id}",
             )
@@ -79,12 +80,12 @@ def _checked(broker: Broker, name: str, num_partitions: int, configs: dict[str, 
     try:
         typed = validate_topic_configs(configs, broker.config)
     except ConfigError as e:
-        raise KafkaErrorResponse(ErrorCode.INVALID_CONFIG, str(e)) from None
+        raise ErrorAnswer(ErrorCode.INVALID_CONFIG, str(e)) from None
     return num_partitions, {k: v for k, v in configs.items() if typed.get(k) is not None}
 
 
 def create_topic(broker: Broker, name: str, num_partitions: int, configs: dict[str, str | None]) -> Any:
-    """Validate and create a topic at once; raises KafkaErrorResponse. For Metadata's auto-creation
+    """Validate and create a topic at once; raises ErrorAnswer. For Metadata's auto-creation
     (``num.partitions`` partitions); CreateTopics creates in steps."""
     n, overrides = _checked(broker, name, num_partitions, configs)
     return broker.topics.create(name, n, overrides)
@@ -110,7 +111,7 @@ async def _drive(steps: Generator[None, None, Any]) -> Any:
 def _check_request_room(broker: Broker, so_far: int, more: int) -> None:
     cap = broker.config.get("max.partitions.per.request")
     if so_far + more > cap:
-        raise KafkaErrorResponse(
+        raise ErrorAnswer(
             ErrorCode.POLICY_VIOLATION,
             f"This request would create {so_far + more} partitions; max.partitions.per.request is {cap}.",
         )
@@ -128,11 +129,9 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: message
         results.append(r)
         try:
             if seen[t.name] > 1:
-                raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, f"Duplicate topic name {t.name} in request.")
+                raise ErrorAnswer(ErrorCode.INVALID_REQUEST, f"Duplicate topic name {t.name} in request.")
             if t.assignments and t.num_partitions != -1:
-                raise KafkaErrorResponse(
-                    ErrorCode.INVALID_REQUEST, "Both numPartitions and replica assignments were given."
-                )
+                raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "Both numPartitions and replica assignments were given.")
             _check_replication(broker, t.replication_factor, t.assignments)
             partitions = len(t.assignments) if t.assignments else t.num_partitions
             configs = _config_dict(t.configs)
@@ -144,7 +143,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: message
                 try:
                     validate_topic_configs(configs, broker.config)
                 except ConfigError as e:
-                    raise KafkaErrorResponse(ErrorCode.INVALID_CONFIG, str(e)) from None
+                    raise ErrorAnswer(ErrorCode.INVALID_CONFIG, str(e)) from None
                 created += n
                 r.num_partitions, r.replication_factor = n, 1
                 r.configs = _created_configs(cls, broker, configs)
@@ -154,8 +153,8 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: message
             n, overrides = _checked(broker, t.name, n, configs)
             topic = await _drive(broker.topics.create_steps(t.name, n, overrides))
             created += n
-        except KafkaErrorResponse as e:
-            r.error_code, r.error_message = e.code, e.detail
+        except ErrorAnswer as e:
+            r.error_code, r.error_message = e.code, e.message
             continue
         r.topic_id = topic.topic_id
         r.num_partitions = len(topic.partitions)
@@ -216,27 +215,27 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: mes
         topic = broker.topics.get(t.name)
         try:
             if topic is None:
-                raise KafkaErrorResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {t.name} does not exist.")
+                raise ErrorAnswer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {t.name} does not exist.")
             current = len(topic.partitions)
             if t.count < current:
-                raise KafkaErrorResponse(
+                raise ErrorAnswer(
                     ErrorCode.INVALID_PARTITIONS,
                     f"Topic currently has {current} partitions, which is higher than the requested {t.count}.",
                 )
             if t.count == current:
-                raise KafkaErrorResponse(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+                raise ErrorAnswer(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
             if topic.internal:
                 # Kafka accepts this, and then a group's coordinator partition (hash of the id
                 # modulo the partition count) moves: committed offsets and group state read back
                 # as absent after a restart. Shoal refuses it as a policy would.
-                raise KafkaErrorResponse(
+                raise ErrorAnswer(
                     ErrorCode.POLICY_VIOLATION,
                     f"Adding partitions to the internal topic {t.name} is refused: groups are placed on its "
                     "partitions by hash, so their committed offsets and state would be lost.",
                 )
             if t.assignments is not None:
                 if len(t.assignments) != t.count - current:
-                    raise KafkaErrorResponse(
+                    raise ErrorAnswer(
                         ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                         f"Increasing the number of partitions by {t.count - current} "
                         f"but {len(t.assignments)} assignments provided.",
@@ -247,8 +246,8 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: mes
             if not req.validate_only:
                 await _drive(broker.topics.add_partitions_steps(t.name, t.count))
             created += t.count - current
-        except KafkaErrorResponse as e:
-            r.error_code, r.error_message = e.code, e.detail
+        except ErrorAnswer as e:
+            r.error_code, r.error_message = e.code, e.message
     return cls(throttle_time_ms=0, results=out)
 
 
@@ -278,8 +277,8 @@ def handle_describe_configs(broker: Broker, ctx: RequestContext, req: messages.D
         elif res.resource_type == RESOURCE_GROUP and broker.group_configs is not None:
             try:
                 entries = broker.group_configs.describe(res.resource_name, names)
-            except KafkaErrorResponse as e:
-                r.error_code, r.error_message = e.code, e.detail
+            except ErrorAnswer as e:
+                r.error_code, r.error_message = e.code, e.message
                 continue
         else:
             r.error_code = ErrorCode.INVALID_REQUEST
@@ -309,10 +308,10 @@ def _preprocess(res: Any) -> None:
     """The checks Kafka's broker makes on every resource before anything else (INVALID_REQUEST)."""
     names = [c.name for c in res.configs]
     if len(set(names)) != len(names):
-        raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+        raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
     nulls = [c.name for c in res.configs if c.config_operation != OP_DELETE and c.value is None]
     if nulls:
-        raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
+        raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
 
 
 def apply_alter_ops(current: dict[str, str], ops: Any, defs: ConfigDef) -> dict[str, str]:
@@ -336,7 +335,7 @@ def apply_alter_ops(current: dict[str, str], ops: Any, defs: ConfigDef) -> dict[
             key = defs.keys.get(op.name)
             if key is None or key.type is not ConfigType.LIST:
                 verb = "APPEND" if code == OP_APPEND else "SUBTRACT"
-                raise KafkaErrorResponse(
+                raise ErrorAnswer(
                     ErrorCode.INVALID_CONFIG, f"Can't {verb} to key {op.name} because its type is not LIST."
                 )
             start = new.get(op.name)
@@ -350,7 +349,7 @@ def apply_alter_ops(current: dict[str, str], ops: Any, defs: ConfigDef) -> dict[
                 items = [x for x in items if x not in values]
             new[op.name] = ",".join(items)
         else:
-            raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, f"Unknown operations type {code}")
+            raise ErrorAnswer(ErrorCode.INVALID_REQUEST, f"Unknown operations type {code}")
     return new
 
 
@@ -369,29 +368,29 @@ def handle_incremental_alter_configs(
         out.append(r)
         try:
             if seen[res.resource_type, res.resource_name] > 1:
-                raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+                raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
             _preprocess(res)
             if res.resource_type == RESOURCE_TOPIC:
                 topic = broker.topics.get(res.resource_name)
                 if topic is None:
-                    raise KafkaErrorResponse(
+                    raise ErrorAnswer(
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {res.resource_name} does not exist."
                     )
                 new = apply_alter_ops(topic.configs, res.configs, TOPIC_CONFIGS)
                 try:
                     typed = validate_topic_configs(new, broker.config)
                 except ConfigError as e:
-                    raise KafkaErrorResponse(ErrorCode.INVALID_CONFIG, str(e)) from None
+                    raise ErrorAnswer(ErrorCode.INVALID_CONFIG, str(e)) from None
                 if not req.validate_only:
                     broker.topics.set_configs(topic.name, {k: v for k, v in new.items() if typed.get(k) is not None})
             elif res.resource_type == RESOURCE_GROUP and broker.group_configs is not None:
                 broker.group_configs.alter(res.resource_name, res.configs, req.validate_only)
             elif res.resource_type == RESOURCE_BROKER:
-                raise KafkaErrorResponse(ErrorCode.INVALID_CONFIG, "Shoal broker configs are static (set at start)")
+                raise ErrorAnswer(ErrorCode.INVALID_CONFIG, "Shoal broker configs are static (set at start)")
             else:
-                raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}.")
-        except KafkaErrorResponse as e:
-            r.error_code, r.error_message = e.code, e.detail
+                raise ErrorAnswer(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}.")
+        except ErrorAnswer as e:
+            r.error_code, r.error_message = e.code, e.message
     return cls(throttle_time_ms=0, responses=out)
 
 

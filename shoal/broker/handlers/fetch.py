@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import RequestContext
@@ -29,7 +30,7 @@ from shoal.broker.partition.fetch_session import PartitionKey, PartitionRequest,
 from shoal.broker.partition.partition import LEADER_EPOCH, fetch_key
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol import messages
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 ZERO_UUID = uuid.UUID(int=0)
 READ_COMMITTED = 1
@@ -115,7 +116,7 @@ class FetchOperation:
         limit = min(preq.max_bytes, remaining)
         try:
             got = partition.read(preq.fetch_offset, limit, read_committed=self.read_committed, min_one=min_one)
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
                 return _Read(e.code)
             return _Read(

@@ -12,13 +12,14 @@ import base64
 import binascii
 from typing import Any
 
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.groups.classic import GroupState, JoinParams
 from shoal.broker.handlers import HandlerTable
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
 from shoal.broker.net.contract import RequestContext
 from shoal.protocol import messages
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 KEY_GROUP, KEY_TRANSACTION, KEY_SHARE = 0, 1, 2
 
@@ -188,14 +189,15 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: message
             names.append((t, p))
             wanted.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata))
     bad = id_error(req.group_id, req.member_id, req.group_instance_id)
-    try:
-        if bad is not None:
-            raise KafkaErrorResponse(bad[0], bad[1])
-        _, errors = await broker.groups.commit(
-            req.group_id, req.generation_id_or_member_epoch, req.member_id, req.group_instance_id, wanted
-        )
-    except KafkaErrorResponse as e:
-        errors = [e.code] * len(wanted)
+    if bad is not None:
+        errors = [bad[0]] * len(wanted)
+    else:
+        try:
+            _, errors = await broker.groups.commit(
+                req.group_id, req.generation_id_or_member_epoch, req.member_id, req.group_instance_id, wanted
+            )
+        except ErrorAnswer as e:  # not (or not yet) the coordinator, a share group's id, a refused write
+            errors = [e.code] * len(wanted)
     topics: dict[int, Any] = {}
     out = []
     for (t, p), code in zip(names, errors):
@@ -223,7 +225,7 @@ def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: messages.Offse
     for gid, wanted in groups:
         try:
             error, found = broker.groups.fetch_offsets(gid, wanted)
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             error, found = e.code, {}
         results.append((gid, error, found))
     if v >= 8:
@@ -289,7 +291,7 @@ async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: message
     partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     try:
         error, errors = await broker.groups.delete_offsets(req.group_id, partitions)
-    except KafkaErrorResponse as e:
+    except ErrorAnswer as e:
         return cls(error_code=e.code, throttle_time_ms=0)
     if error:
         return cls(error_code=error, throttle_time_ms=0)
@@ -308,12 +310,12 @@ def handle_describe_groups(broker: Broker, ctx: RequestContext, req: messages.De
         out.append(d)
         try:
             _, shard = broker.groups._route(gid)
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             if e.code == ErrorCode.GROUP_ID_NOT_FOUND:  # another type of group: unknown to this API
                 d.group_state = GroupState.DEAD.value
                 if ctx.api_version < 6:
                     continue
-            d.error_code, d.error_message = e.code, e.detail
+            d.error_code, d.error_message = e.code, e.message
             continue
         g = shard.group(gid)
         if g is None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.partition import LEADER_EPOCH
 from shoal.protocol import messages
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 LATEST = -1
 EARLIEST = -2
@@ -48,7 +49,7 @@ def handle_list_offsets(broker: Broker, ctx: RequestContext, req: messages.ListO
                 continue
             try:
                 _lookup(partition, p.timestamp, read_committed, pr)
-            except KafkaErrorResponse as e:  # a storage error met by the lookup
+            except ErrorAnswer as e:  # a storage error met by the lookup
                 pr.error_code, pr.offset, pr.timestamp, pr.leader_epoch = e.code, -1, -1, -1
     return cls(throttle_time_ms=0, topics=topics)
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.partition import LEADER_EPOCH
 from shoal.broker.partition.topics import INTERNAL_TOPICS, validate_topic_name
 from shoal.protocol import messages
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 NO_LEADER = -1
 ZERO_UUID = uuid.UUID(int=0)
@@ -96,7 +97,7 @@ def handle_metadata(broker: Broker, ctx: RequestContext, req: messages.MetadataR
             if t is None:
                 try:
                     validate_topic_name(rt.name)
-                except KafkaErrorResponse as e:
+                except ErrorAnswer as e:
                     out.append(cls.MetadataResponseTopic(error_code=e.code, name=rt.name))
                     continue
                 if allow_create and rt.name not in INTERNAL_TOPICS:
@@ -104,7 +105,7 @@ def handle_metadata(broker: Broker, ctx: RequestContext, req: messages.MetadataR
 
                     try:
                         t = create_topic(broker, rt.name, -1, {})
-                    except KafkaErrorResponse as e:
+                    except ErrorAnswer as e:
                         out.append(cls.MetadataResponseTopic(error_code=e.code, name=rt.name))
                         continue
                 else:

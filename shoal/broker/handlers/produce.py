@@ -26,11 +26,12 @@ import functools
 import uuid
 from typing import Any
 
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import NO_RESPONSE, RequestContext
 from shoal.protocol import messages
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -69,19 +70,26 @@ def handle_produce(broker: Broker, ctx: RequestContext, req: messages.ProduceReq
                 any_error = True
                 counts.failed_produce += 1
                 continue
+            if topic.internal:
+                pr.error_code, pr.error_message = (
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    f"cannot produce to internal topic {topic.name}",
+                )
+                pr.base_offset = -1
+                any_error = True
+                continue
+            if req.transactional_id is not None:
+                pr.error_code, pr.error_message = (
+                    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "Shoal does not support transactions",
+                )
+                pr.base_offset = -1
+                any_error = True
+                continue
             try:
-                if topic.internal:
-                    raise KafkaErrorResponse(
-                        ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot produce to internal topic {topic.name}"
-                    )
-                if req.transactional_id is not None:
-                    raise KafkaErrorResponse(
-                        ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "Shoal does not support transactions"
-                    )
                 result = partition.append(pd.records, now)
-            except KafkaErrorResponse as e:
-                pr.error_code, pr.error_message, pr.base_offset = e.code, e.detail, -1
-                pr.record_errors = list(getattr(e, "record_errors", []) or [])
+            except ErrorAnswer as e:  # the partition refused the batch (validation, storage)
+                pr.error_code, pr.error_message, pr.base_offset = e.code, e.message, -1
                 any_error = True
                 counts.failed_produce += 1
                 continue
@@ -171,10 +179,7 @@ def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: messages.I
             producer_id=-1,
             producer_epoch=-1,
         )
-    try:
-        pid, epoch = broker.producer_ids.init(req.producer_id, req.producer_epoch)
-    except KafkaErrorResponse as e:
-        return cls(error_code=e.code, producer_id=-1, producer_epoch=-1)
+    pid, epoch = broker.producer_ids.init(req.producer_id, req.producer_epoch)
     return cls(error_code=0, producer_id=pid, producer_epoch=epoch)
 
 

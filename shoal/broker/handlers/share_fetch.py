@@ -27,6 +27,7 @@ import asyncio
 import uuid
 from typing import Any
 
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
@@ -36,7 +37,7 @@ from shoal.broker.share.partition_manager import Entry
 from shoal.broker.share.session import ContextKind, SessionError
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol import messages
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 RENEW = 4
 BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
@@ -75,8 +76,8 @@ async def _apply_acks(
         try:
             entry = await mgr.get(gid, key[0], key[1])
             out[key] = await mgr.acknowledge(entry, member, batches)
-        except KafkaErrorResponse as e:
-            out[key] = (e.code, e.detail)
+        except ErrorAnswer as e:
+            out[key] = (e.code, e.message)
 
     await asyncio.gather(*(one(k, b) for k, b in pending))
     return out
@@ -105,8 +106,8 @@ class ShareFetchOperation:
         async def one(key: PKey) -> None:
             try:
                 self.entries[key] = await mgr.get(self.gid, key[0], key[1])
-            except KafkaErrorResponse as e:
-                self.errors[key] = (e.code, e.detail)
+            except ErrorAnswer as e:
+                self.errors[key] = (e.code, e.message)
 
         await asyncio.gather(*(one(k) for k in partitions))
 

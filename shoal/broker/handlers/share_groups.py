@@ -27,12 +27,13 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
 from shoal.broker.net.contract import RequestContext
 from shoal.protocol import messages
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from shoal.broker.share_coordinator.service import ShareCoordinator
@@ -96,8 +97,8 @@ async def handle_share_group_describe(
         out.append(d)
         try:
             g = await broker.groups.share.describe(gid)
-        except KafkaErrorResponse as e:
-            d.error_code, d.error_message, d.group_state = e.code, e.detail, "Dead"
+        except ErrorAnswer as e:
+            d.error_code, d.error_message, d.group_state = e.code, e.message, "Dead"
             continue
         d.group_state = g.state
         d.group_epoch = g.group_epoch
@@ -141,8 +142,8 @@ async def handle_describe_share_group_offsets(
         groups.append(g_out)
         try:
             _, _, g = service.find(rg.group_id)
-        except KafkaErrorResponse as e:
-            g_out.error_code, g_out.error_message = e.code, e.detail
+        except ErrorAnswer as e:
+            g_out.error_code, g_out.error_message = e.code, e.message
             continue
         if rg.topics is None:  # v1: every topic the group has state for
             wanted = [(st.name, sorted(st.partitions)) for st in g.initialized.values()]
@@ -184,9 +185,9 @@ def _empty_group(broker: Broker, gid: str) -> tuple[ShareCoordinator, int, Any, 
     (returned first)."""
     p, shard, g = broker.groups.share.find(gid)
     if g.members:
-        raise KafkaErrorResponse(ErrorCode.NON_EMPTY_GROUP, f"Share group {gid} is not empty.")
+        raise ErrorAnswer(ErrorCode.NON_EMPTY_GROUP, f"Share group {gid} is not empty.")
     if broker.share_coordinator is None:
-        raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
+        raise ErrorAnswer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
     return broker.share_coordinator, p, shard, g
 
 
@@ -194,13 +195,13 @@ def _group_to_alter(broker: Broker, gid: str) -> tuple[ShareCoordinator, int, An
     """The share group whose offsets AlterShareGroupOffsets sets: existing and empty, or created now
     (with the share coordinator, first)."""
     if not gid:
-        raise KafkaErrorResponse(ErrorCode.INVALID_GROUP_ID, "The group id must not be empty.")
+        raise ErrorAnswer(ErrorCode.INVALID_GROUP_ID, "The group id must not be empty.")
     sc = broker.share_coordinator
     if sc is None:
-        raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
+        raise ErrorAnswer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
     p, shard, g, created = broker.groups.share.find_or_create(gid)
     if g.members:
-        raise KafkaErrorResponse(ErrorCode.NON_EMPTY_GROUP, f"Share group {gid} is not empty.")
+        raise ErrorAnswer(ErrorCode.NON_EMPTY_GROUP, f"Share group {gid} is not empty.")
     return sc, p, shard, g, created
 
 
@@ -218,8 +219,8 @@ async def handle_alter_share_group_offsets(
     cls = messages.AlterShareGroupOffsetsResponse
     try:
         sc, p, shard, g, created = _group_to_alter(broker, req.group_id)
-    except KafkaErrorResponse as e:
-        return cls(throttle_time_ms=0, error_code=e.code, error_message=e.detail)
+    except ErrorAnswer as e:
+        return cls(throttle_time_ms=0, error_code=e.code, error_message=e.message)
     responses = []
     for rt in req.topics:
         topic = broker.topics.get(rt.topic_name)
@@ -270,8 +271,8 @@ async def handle_delete_share_group_offsets(
     cls = messages.DeleteShareGroupOffsetsResponse
     try:
         sc, p, shard, g = _empty_group(broker, req.group_id)
-    except KafkaErrorResponse as e:
-        return cls(throttle_time_ms=0, error_code=e.code, error_message=e.detail)
+    except ErrorAnswer as e:
+        return cls(throttle_time_ms=0, error_code=e.code, error_message=e.message)
     responses = []
     for rt in req.topics:
         topic = broker.topics.get(rt.topic_name)

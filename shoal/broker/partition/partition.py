@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shoal.broker.config.settings import resolve_topic_configs
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.log import LogConfig, LogError, LogFailed, OffsetOutOfRange, PartitionLog
 from shoal.broker.partition.producer_state import APPEND, CorruptSnapshotError, Duplicate, ProducerStateManager, Reject
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.records import BatchHeader, TimestampType, iter_batches, set_partition_leader_epoch
 
@@ -185,30 +186,30 @@ class Partition:
     def _check_online(self) -> None:
         failed = self.log.failed
         if failed is not None:
-            raise KafkaErrorResponse(
+            raise ErrorAnswer(
                 ErrorCode.KAFKA_STORAGE_ERROR,
                 f"{self.topic.name}-{self.index} is in an offline log directory: {failed}",
             )
 
-    def _storage_error(self, error: OSError) -> KafkaErrorResponse:
+    def _storage_error(self, error: OSError) -> ErrorAnswer:
         """An OSError met while using the log: the directory goes offline."""
         failed = self.log.io_failed(error)
-        return KafkaErrorResponse(ErrorCode.KAFKA_STORAGE_ERROR, str(failed))
+        return ErrorAnswer(ErrorCode.KAFKA_STORAGE_ERROR, str(failed))
 
     # -- produce ---------------------------------------------------------------
     def append(self, records: Any, now_ms: int) -> AppendResult:
         self._check_online()
         if records is None or len(records) == 0:
-            raise KafkaErrorResponse(ErrorCode.INVALID_RECORD, "produce request without record batches")
+            raise ErrorAnswer(ErrorCode.INVALID_RECORD, "produce request without record batches")
         view = memoryview(records)
         if view.readonly:
             view = memoryview(bytearray(view))
         try:
             batches = list(iter_batches(view))
         except ProtocolError as e:
-            raise KafkaErrorResponse(ErrorCode.CORRUPT_MESSAGE, f"malformed record batch: {e}") from None
+            raise ErrorAnswer(ErrorCode.CORRUPT_MESSAGE, f"malformed record batch: {e}") from None
         if len(batches) != 1:
-            raise KafkaErrorResponse(
+            raise ErrorAnswer(
                 ErrorCode.INVALID_RECORD, "a produce request must hold exactly one record batch per partition"
             )
         header, _ = batches[0]
@@ -227,7 +228,7 @@ class Partition:
                 self.log.when_written(check.last_offset + 1, lambda error: _settle(written, error))
             return AppendResult(check.first_offset, check.last_offset + 1, -1, False, written)
         if isinstance(check, Reject):
-            raise KafkaErrorResponse(check.error, check.message)
+            raise ErrorAnswer(check.error, check.message)
         assert check is APPEND
         producer_id = header.producer_id
         producer_epoch, base_seq, last_seq = header.producer_epoch, header.base_sequence, header.last_sequence
@@ -242,7 +243,7 @@ class Partition:
             else:
                 info = plog.append(view, now_ms=now_ms)
         except LogError as e:
-            raise KafkaErrorResponse(e.error_code, str(e)) from None
+            raise ErrorAnswer(e.error_code, str(e)) from None
         except OSError as e:  # the log turns its own into LogFailed; anything else on the way too
             raise self._storage_error(e) from None
         if producer_id >= 0:
@@ -273,30 +274,28 @@ class Partition:
 
     def _validate(self, h: BatchHeader, now_ms: int) -> None:
         if h.magic != 2:
-            raise KafkaErrorResponse(
-                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"magic {h.magic} batches are not accepted"
-            )
+            raise ErrorAnswer(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"magic {h.magic} batches are not accepted")
         if h.size > self.settings["max.message.bytes"]:
-            raise KafkaErrorResponse(
+            raise ErrorAnswer(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"batch of {h.size} bytes exceeds max.message.bytes {self.settings['max.message.bytes']}",
             )
         if not h.verify_crc():
-            raise KafkaErrorResponse(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+            raise ErrorAnswer(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
         if h.records_count != h.last_offset_delta + 1 or h.records_count <= 0:
-            raise KafkaErrorResponse(
+            raise ErrorAnswer(
                 ErrorCode.CORRUPT_MESSAGE,
                 f"batch claims {h.records_count} records but its last offset delta is {h.last_offset_delta}",
             )
         if h.is_control:
-            raise KafkaErrorResponse(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+            raise ErrorAnswer(ErrorCode.INVALID_RECORD, "clients may not write control batches")
         if h.is_transactional:
-            raise KafkaErrorResponse(ErrorCode.INVALID_RECORD, "transactional batches are not supported")
+            raise ErrorAnswer(ErrorCode.INVALID_RECORD, "transactional batches are not supported")
         if self.settings["message.timestamp.type"] == "CreateTime" and h.timestamp_type == TimestampType.CREATE_TIME:
             before = self.settings["message.timestamp.before.max.ms"]
             after = self.settings["message.timestamp.after.max.ms"]
             if h.max_timestamp > now_ms + after or (h.base_timestamp >= 0 and h.base_timestamp < now_ms - before):
-                raise KafkaErrorResponse(
+                raise ErrorAnswer(
                     ErrorCode.INVALID_TIMESTAMP,
                     f"timestamp outside [{now_ms - before}, {now_ms + after}] (message.timestamp.*.max.ms)",
                 )
@@ -309,7 +308,7 @@ class Partition:
         start = plog.log_start_offset
         lso = self.producers.last_stable_offset(hw)
         if offset < start or offset > hw:
-            raise KafkaErrorResponse(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is outside [{start}, {hw}]")
+            raise ErrorAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is outside [{start}, {hw}]")
         limit = lso if read_committed else hw
         if offset >= limit:
             return FetchRead(b"", hw, lso, start, [] if read_committed else None)
@@ -322,7 +321,7 @@ class Partition:
             else:
                 next_offset = region.next_offset
         except OffsetOutOfRange as e:
-            raise KafkaErrorResponse(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
+            raise ErrorAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
         except OSError as e:  # EIO on a read: Kafka takes the directory offline too
             raise self._storage_error(e) from None
         aborted = self.producers.aborted_transactions(offset, next_offset) if read_committed else None
@@ -357,9 +356,9 @@ class Partition:
         try:
             moved = self.log.advance_log_start(offset)
         except OffsetOutOfRange as e:
-            raise KafkaErrorResponse(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
+            raise ErrorAnswer(ErrorCode.OFFSET_OUT_OF_RANGE, str(e)) from None
         except LogError as e:
-            raise KafkaErrorResponse(e.error_code, str(e)) from None
+            raise ErrorAnswer(e.error_code, str(e)) from None
         if moved:
             self.producers.truncate_head(self.log.log_start_offset)
         return moved

@@ -20,9 +20,10 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.log.fileops import fsync_dir
 from shoal.broker.partition.partition import Partition
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 log = logging.getLogger("shoal.topics")
 
@@ -52,7 +53,7 @@ def descriptor_headroom() -> int | None:
 def validate_topic_name(name: str | None) -> None:
     """Kafka's rules: 1-249 of [a-zA-Z0-9._-], not '.' or '..'."""
     if not name or name in (".", "..") or len(name) > MAX_NAME_LENGTH or not _LEGAL.fullmatch(name):
-        raise KafkaErrorResponse(ErrorCode.INVALID_TOPIC_EXCEPTION, f"invalid topic name {name!r}")
+        raise ErrorAnswer(ErrorCode.INVALID_TOPIC_EXCEPTION, f"invalid topic name {name!r}")
 
 
 def _collision_key(name: str) -> str:
@@ -175,18 +176,18 @@ class TopicManager:
         """Raise the error Kafka gives for creating `name`, if any."""
         validate_topic_name(name)
         if name in self._by_name:
-            raise KafkaErrorResponse(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+            raise ErrorAnswer(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         key = _collision_key(name)
         for other in self._by_name:
             if _collision_key(other) == key:
-                raise KafkaErrorResponse(
+                raise ErrorAnswer(
                     ErrorCode.INVALID_TOPIC_EXCEPTION,
                     f"Topic '{name}' collides with existing topic '{other}' ('.' and '_' may collide).",
                 )
         if num_partitions <= 0:
-            raise KafkaErrorResponse(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+            raise ErrorAnswer(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         if name in self._creating:
-            raise KafkaErrorResponse(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is being created.")
+            raise ErrorAnswer(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is being created.")
         self.check_room(num_partitions)
 
     def partition_count(self) -> int:
@@ -198,13 +199,13 @@ class TopicManager:
         ``max.partitions`` or past what the open-file limit leaves: each holds a file."""
         total = self.partition_count() + more
         if total > self.max_partitions:
-            raise KafkaErrorResponse(
+            raise ErrorAnswer(
                 ErrorCode.POLICY_VIOLATION,
                 f"{more} more partitions would make {total}, over this broker's max.partitions={self.max_partitions}.",
             )
         room = self._headroom()
         if room is not None and more * FDS_PER_PARTITION > room:
-            raise KafkaErrorResponse(
+            raise ErrorAnswer(
                 ErrorCode.POLICY_VIOLATION,
                 f"{more} more partitions need {more * FDS_PER_PARTITION} open files; the broker's open-file "
                 f"limit (ulimit -n) leaves room for {max(room, 0) // FDS_PER_PARTITION}.",
@@ -242,7 +243,7 @@ class TopicManager:
                     opened.append(self._open_partition(topic, i, True))
                 except OSError as e:
                     failed = self.partition_dir(topic, i)
-                    raise KafkaErrorResponse(
+                    raise ErrorAnswer(
                         ErrorCode.UNKNOWN_SERVER_ERROR, f"could not open partition {topic.name}-{i}: {e}"
                     ) from e
                 yield
@@ -266,7 +267,7 @@ class TopicManager:
     def delete(self, name: str) -> Topic:
         topic = self._by_name.pop(name, None)
         if topic is None:
-            raise KafkaErrorResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            raise ErrorAnswer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         self._by_id.pop(topic.topic_id, None)
         self._persist()
         for p in topic.partitions:
@@ -282,7 +283,7 @@ class TopicManager:
         topic = self._by_name[name]
         start = len(topic.partitions)
         if name in self._creating:
-            raise KafkaErrorResponse(ErrorCode.INVALID_PARTITIONS, f"Partitions of {name} are being added.")
+            raise ErrorAnswer(ErrorCode.INVALID_PARTITIONS, f"Partitions of {name} are being added.")
         self.check_room(total - start)
         self._creating[name] = total - start
         try:
@@ -291,7 +292,7 @@ class TopicManager:
             del self._creating[name]
         if self._by_name.get(name) is not topic:  # deleted while the partitions were opening
             self._discard(name, added)
-            raise KafkaErrorResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} was deleted.")
+            raise ErrorAnswer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} was deleted.")
         topic.partitions.extend(added)
         self._persist()
         log.info("topic %s now has %d partitions", name, total)

@@ -58,6 +58,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.partition.partition import LEADER_EPOCH, fetch_key
 from shoal.broker.share.dead_letter import Archived, Reason, dead_letter_batch
 from shoal.broker.share.session import ShareSessionCache
@@ -65,7 +66,7 @@ from shoal.broker.share.share_metrics import count_acknowledged, count_expired
 from shoal.broker.share.share_partition import SharePartition
 from shoal.broker.share_coordinator.shard import merge_batches
 from shoal.broker.timing.wheel import TimerTask
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.record_slice import RecordIndex
 from shoal.protocol.records import iter_batches
@@ -127,13 +128,13 @@ class SharePartitionManager:
     def _locate(self, topic_id: uuid.UUID, index: int) -> tuple[Any, Any]:
         topic = self.broker.topics.by_id(topic_id)
         if topic is None:
-            raise KafkaErrorResponse(ErrorCode.UNKNOWN_TOPIC_ID, "Unknown topic id.")
+            raise ErrorAnswer(ErrorCode.UNKNOWN_TOPIC_ID, "Unknown topic id.")
         if not 0 <= index < len(topic.partitions):
-            raise KafkaErrorResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this partition.")
+            raise ErrorAnswer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this partition.")
         return topic, topic.partitions[index]
 
     async def get(self, gid: str, topic_id: uuid.UUID, index: int) -> Entry:
-        """The loaded share partition, reading its state on first use (KafkaErrorResponse on failure)."""
+        """The loaded share partition, reading its state on first use (ErrorAnswer on failure)."""
         topic, partition = self._locate(topic_id, index)
         key = (gid, topic_id, index)
         entry = self.entries.get(key)
@@ -146,7 +147,7 @@ class SharePartitionManager:
             assert entry.loading is not None
             await asyncio.shield(entry.loading)
             if entry.sp is None:
-                raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "Share partition failed to load.")
+                raise ErrorAnswer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "Share partition failed to load.")
             return entry
         entry = self.entries[key] = Entry(key, topic, partition)
         entry.loading = asyncio.get_running_loop().create_future()
@@ -164,10 +165,10 @@ class SharePartitionManager:
     async def _load(self, gid: str, topic_id: uuid.UUID, index: int, partition: Any) -> SharePartition:
         sc = self.broker.share_coordinator
         if sc is None:
-            raise KafkaErrorResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
+            raise ErrorAnswer(ErrorCode.COORDINATOR_NOT_AVAILABLE, "No share coordinator.")
         result = await sc.read(gid, topic_id, index, LEADER_EPOCH)
         if result.error:
-            raise KafkaErrorResponse(result.error, f"Reading the share state failed: {ErrorCode(result.error).name}")
+            raise ErrorAnswer(result.error, f"Reading the share state failed: {ErrorCode(result.error).name}")
         start = result.start_offset
         resolved = start < 0
         if resolved:
@@ -190,7 +191,7 @@ class SharePartitionManager:
         if resolved:
             error = await sc.write(gid, topic_id, index, result.state_epoch, LEADER_EPOCH, sp.start_offset, [])
             if error:
-                raise KafkaErrorResponse(error, "Writing the resolved start offset failed.")
+                raise ErrorAnswer(error, "Writing the resolved start offset failed.")
         log.info(
             "share partition %s %s-%d loaded at start offset %d", gid, partition.topic.name, index, sp.start_offset
         )
@@ -251,7 +252,7 @@ class SharePartitionManager:
             size = min(size, max_bytes - read_bytes)
             try:
                 read = partition.read(offset, size, read_committed=committed, min_one=not read_bytes)
-            except KafkaErrorResponse:
+            except ErrorAnswer:
                 break
             data = read.records
             if not data:
@@ -459,7 +460,7 @@ class SharePartitionManager:
         first = max(min(a.first_offset for a in archived), source.log_start_offset)
         try:
             read = source.read(first, DEAD_LETTER_READ, read_committed=False, min_one=True)
-        except KafkaErrorResponse:
+        except ErrorAnswer:
             return
         batch = dead_letter_batch(
             gid,
@@ -475,7 +476,7 @@ class SharePartitionManager:
         dest = target.partitions[source.index % len(target.partitions)]
         try:
             dest.append(batch, self.broker.clock.now_ms())
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             log.warning("share group %s: dead-letter append to %s failed: %s", gid, name, e)
             return
         self.broker.on_append(dest)

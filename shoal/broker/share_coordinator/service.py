@@ -53,6 +53,7 @@ from typing import Any
 
 from shoal.broker.coordinator.runtime import CoordinatorRuntime, Operation
 from shoal.broker.coordinator.shard import Record, partition_for
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.log import LogError
 from shoal.broker.share_coordinator.shard import (
     DEFAULT_STATE_EPOCH,
@@ -62,7 +63,7 @@ from shoal.broker.share_coordinator.shard import (
     SummaryResult,
 )
 from shoal.protocol.coordinator_records import serde
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 log = logging.getLogger("shoal.share.coordinator")
 
@@ -169,11 +170,11 @@ class ShareCoordinator:
         """
         try:
             self.runtime.shard(p)
-        except KafkaErrorResponse as e:  # loading, or not (any more) the coordinator: no write tried
+        except ErrorAnswer as e:  # loading, or not (any more) the coordinator: no write tried
             return None, _error(e.code)
         try:
             result, fut = self.runtime.submit(p, op)
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             log.error("%s-%d: append failed: %s", TOPIC, p, e)
             return None, _error(e.code, f"could not write share-group state: {e}")
         if fut is None:
@@ -182,7 +183,7 @@ class ShareCoordinator:
             await asyncio.wait_for(asyncio.shield(fut), self.write_timeout_s)
         except TimeoutError:
             return None, _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out")
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             log.error("%s-%d: state not made durable: %s", TOPIC, p, e)
             return None, _error(e.code, f"could not write share-group state: {e}")
         return result, None
@@ -291,7 +292,7 @@ class ShareCoordinator:
             return failed(bad)
         try:
             _, shard = self._shard(group, topic_id, partition)
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             return failed(_error(e.code))
         _, result = shard.read_summary(group, topic_id, partition, leader_epoch)
         if result.error != ErrorCode.NONE:
@@ -337,7 +338,7 @@ class ShareCoordinator:
         for p in list(self.runtime.shards):
             try:
                 _, fut = self.runtime.submit(p, lambda shard: shard.delete_topic(topic_id))
-            except KafkaErrorResponse as e:
+            except ErrorAnswer as e:
                 log.error("%s-%d: tombstoning state of deleted topic %s failed: %s", TOPIC, p, topic_id, e)
                 continue
             if fut is not None:
@@ -369,7 +370,7 @@ class ShareCoordinator:
                 await self.broker.flusher.flush(partition.log, end)
                 if partition.advance_log_start(target):
                     moved[p] = partition.log_start_offset
-            except (OSError, RuntimeError, LogError, KafkaErrorResponse) as e:
+            except (OSError, RuntimeError, LogError, ErrorAnswer) as e:
                 log.error("%s-%d: pruning to %d failed: %s", TOPIC, p, target, e)
         if moved:
             log.info("pruned %s: %s", TOPIC, ", ".join(f"{p}->{o}" for p, o in sorted(moved.items())))

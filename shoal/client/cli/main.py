@@ -34,7 +34,6 @@ from typing import Any
 
 from shoal.client.cli.support import UsageError, kafka_actions, parse_key_values, parse_properties
 from shoal.client.core.errors import ConfigError, KafkaClientError
-from shoal.protocol.errors import KafkaErrorResponse
 
 __all__ = ["build_parser", "main"]
 
@@ -361,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ConfigError) as e:
         print(f"shoal: error: {e}", file=sys.stderr)
         return 2
-    except (KafkaClientError, KafkaErrorResponse) as e:
+    except KafkaClientError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -42,7 +42,7 @@ from shoal.client.core.errors import (
     KafkaTimeoutError,
 )
 from shoal.protocol.api import api_by_name
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 __all__ = ["Backoff", "ClientCore", "CoordinatorType", "is_retriable"]
 
@@ -72,7 +72,7 @@ class CoordinatorType:
 
 
 def is_retriable(exc: BaseException) -> bool:
-    if isinstance(exc, KafkaErrorResponse):
+    if isinstance(exc, BrokerResponseError):
         return exc.retriable
     return bool(getattr(exc, "retriable", False))
 
@@ -293,7 +293,7 @@ class ClientCore:
             attempts += 1
             try:
                 return await op()
-            except (KafkaClientError, KafkaErrorResponse) as e:
+            except KafkaClientError as e:
                 if not is_retriable(e):
                     raise
                 self.last_retry_error = e

@@ -4,8 +4,9 @@ Why one small hierarchy: callers need exactly two decisions from an error —
 "was it my fault" (configuration, misuse: fix the code) and "may I retry"
 (the broker or the network was briefly unable). Every exception here carries
 ``retriable``; broker error codes keep their Kafka name and number through
-``BrokerResponseError``, which is also a ``protocol.errors.KafkaErrorResponse``
-so code that already catches the protocol's exception keeps working.
+``BrokerResponseError`` ("the broker answered with this code"). Its older name,
+``KafkaErrorResponse``, stays as an alias; the broker's own exception, which
+means "answer with this code", is ``broker.errors.ErrorAnswer``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from shoal.protocol.errors import KafkaError, KafkaErrorResponse, error_for
+from shoal.protocol.errors import KafkaError, error_for
 
 __all__ = [
     "BrokerResponseError",
@@ -24,6 +25,7 @@ __all__ = [
     "InvalidOffsetError",
     "KafkaClientError",
     "KafkaConnectionError",
+    "KafkaErrorResponse",
     "KafkaTimeoutError",
     "NoOffsetForPartitionError",
     "OffsetOutOfRangeError",
@@ -121,15 +123,41 @@ class RecordDeserializationError(KafkaClientError):
         self.__cause__ = cause
 
 
-class BrokerResponseError(KafkaErrorResponse, KafkaClientError):
-    """A broker answered with a non-zero error code."""
+class BrokerResponseError(KafkaClientError):
+    """A broker answered with a non-zero error code.
+
+    Carries the error table's entry as ``error`` (``code``, ``name`` and
+    ``retriable`` read from it). ``detail`` is the free-text error_message some
+    responses include, or what the client adds about where the code came from;
+    when present it is shown instead of the table's default message.
+    """
 
     def __init__(self, error: KafkaError | int, detail: str | None = None) -> None:
-        KafkaErrorResponse.__init__(self, error, detail)
+        if not isinstance(error, KafkaError):
+            error = error_for(error)
+        self.error = error
+        self.detail = detail
+        super().__init__(f"{error.name} ({error.code}): {detail or error.message}")
+
+    @property
+    def code(self) -> int:
+        return self.error.code
+
+    @property
+    def name(self) -> str:
+        return self.error.name
 
     @property
     def retriable(self) -> bool:  # type: ignore[override]  # read-only here: the error's own flag
         return self.error.retriable
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # The default would re-create us from the rendered string alone.
+        return (type(self), (self.error, self.detail))
+
+
+KafkaErrorResponse = BrokerResponseError
+"""The former name of ``BrokerResponseError`` (it lived in ``protocol.errors``), kept for callers."""
 
 
 def raise_for_code(code: int, detail: str | None = None) -> None:

@@ -73,7 +73,7 @@ from shoal.client.share.acks import AcknowledgeType, AckTracker
 from shoal.client.share.fetcher import AcknowledgementCommitCallback, ShareFetcher
 from shoal.client.share.membership import MemberState, ShareMembership, new_member_id
 from shoal.protocol.api import api_by_name
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 __all__ = ["AcknowledgeType", "AcknowledgementCommitCallback", "AsyncShareConsumer"]
 
@@ -360,7 +360,7 @@ class AsyncShareConsumer:
         async def refresh() -> None:
             try:
                 await self._core.refresh_metadata()
-            except (KafkaClientError, KafkaErrorResponse) as e:
+            except KafkaClientError as e:
                 log.debug("metadata refresh failed: %s", e)
                 await asyncio.sleep(self._config["retry.backoff.ms"] / 1000)
             if not self._closing:
@@ -398,7 +398,7 @@ class AsyncShareConsumer:
                 self._fatal = e
                 self._wake()
                 return
-            except (KafkaClientError, KafkaErrorResponse) as e:
+            except KafkaClientError as e:
                 log.debug("heartbeat failed: %s", e)
                 m.on_failure(req.token, self._now())
             else:
@@ -436,6 +436,6 @@ class AsyncShareConsumer:
         try:
             async with asyncio.timeout(deadline - loop.time()):
                 await self._core.coordinator_call(self._group, "ShareGroupHeartbeat", body, retry=False)
-        except (KafkaClientError, KafkaErrorResponse, TimeoutError) as e:
+        except (KafkaClientError, TimeoutError) as e:
             log.debug("leaving the group failed: %s", e)
         m.on_failure(req.token, self._now())

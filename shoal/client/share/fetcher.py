@@ -69,7 +69,7 @@ from shoal.client.share.session import (
     share_acknowledge_body,
     share_fetch_body,
 )
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
 
 __all__ = ["AcknowledgementCommitCallback", "ShareFetcher"]
@@ -417,7 +417,7 @@ class ShareFetcher:
                 if sent is None:
                     try:
                         conn = await self._core.connection(node)
-                    except (KafkaClientError, KafkaErrorResponse) as e:
+                    except KafkaClientError as e:
                         log.debug("no connection to broker %s: %s", node, e)
                         self._session_lost(node)
                         self._node_failed(node)

@@ -36,9 +36,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.groups.share.group import HeartbeatResult, InitState, ShareGroup
 from shoal.broker.timing.purgatory import DelayedOperation
-from shoal.protocol.errors import ErrorCode, KafkaErrorResponse
+from shoal.protocol.errors import ErrorCode
 
 log = logging.getLogger("shoal.share.groups")
 
@@ -124,7 +125,7 @@ class ShareGroupService:
     # -- routing -----------------------------------------------------------------------------
     def _route(self, gid: str) -> tuple[int, Any]:
         if not gid:
-            raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+            raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
         p = self.runtime.partition_of(gid)
         return p, self.runtime.shard(p)
 
@@ -134,8 +135,8 @@ class ShareGroupService:
         g = shard.share_groups.get(gid)
         if g is None:
             if gid in shard.groups:
-                raise KafkaErrorResponse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
-            raise KafkaErrorResponse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
+                raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
+            raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
         return p, shard, g
 
     def find_or_create(self, gid: str) -> tuple[int, Any, ShareGroup, bool]:
@@ -152,7 +153,7 @@ class ShareGroupService:
         if g is not None:
             return p, shard, g, False
         if gid in shard.groups:
-            raise KafkaErrorResponse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
+            raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
         g = shard.share_groups[gid] = ShareGroup(gid, self.now())
         g.dirty = True  # its ShareGroupMetadata record is what makes it exist after a restart
         return p, shard, g, True
@@ -182,7 +183,7 @@ class ShareGroupService:
     def persist(self, p: int, group: ShareGroup) -> asyncio.Future | None:
         """Write what changed in `group`; a future for durability (None: nothing pending).
 
-        Raises KafkaErrorResponse when the log refuses the write; the runtime then
+        Raises ErrorAnswer when the log refuses the write; the runtime then
         replays the shard from its log, so the change made to `group` is dropped with it.
         """
         if not group.dirty and not group.state_dirty:
@@ -194,7 +195,7 @@ class ShareGroupService:
         """persist() for background changes (expiry, topic deletion): a failure is logged."""
         try:
             return self.persist(p, group)
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             log.error("share group %s: persisting %s failed: %s", group.group_id, what, e)
             return None
 
@@ -223,12 +224,12 @@ class ShareGroupService:
             group = shard.share_groups.get(gid)
             if group is None:
                 if gid in shard.groups:
-                    raise KafkaErrorResponse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
+                    raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
                 if member_epoch != 0:
-                    raise KafkaErrorResponse(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
+                    raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
                 group = shard.share_groups[gid] = ShareGroup(gid, self.now())
-        except KafkaErrorResponse as e:
-            return HeartbeatAnswer(e.code, e.detail, member_id or None, member_epoch, interval)
+        except ErrorAnswer as e:
+            return HeartbeatAnswer(e.code, e.message, member_id or None, member_epoch, interval)
         now = self.now()
         rejoined = member_epoch == 0 and member_id in group.members
         names = set(subscribed or ()) | group.subscribed_names()
@@ -261,14 +262,14 @@ class ShareGroupService:
             return _answer(result, interval)
         try:
             durable = self.persist(p, group)
-        except KafkaErrorResponse as e:  # nothing written; the group is replayed from the log as it was
-            return HeartbeatAnswer(e.code, e.detail, member_id or None, member_epoch, interval)
+        except ErrorAnswer as e:  # nothing written; the group is replayed from the log as it was
+            return HeartbeatAnswer(e.code, e.message, member_id or None, member_epoch, interval)
         self._log_change(group)
         self._arm(p, group)
         if durable is not None:
             try:
                 await durable
-            except KafkaErrorResponse as e:  # the write failed: the member must retry
+            except ErrorAnswer as e:  # the write failed: the member must retry
                 log.error("share group %s: persisting failed: %s", gid, e)
                 return HeartbeatAnswer(e.code, None, member_id, member_epoch, interval)
             except Exception as e:  # noqa: BLE001 - cancelled at shutdown
@@ -407,7 +408,7 @@ class ShareGroupService:
         """DeleteGroups for a share group: it must be empty; its share state goes too."""
         try:
             p, shard, g = self.find(gid)
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             return e.code
         if g.members:
             return ErrorCode.NON_EMPTY_GROUP
@@ -425,7 +426,7 @@ class ShareGroupService:
         self._last_seen.pop(gid, None)
         try:
             await self.runtime.write(p, lambda s: s.delete_share_group(g, self.now()))
-        except KafkaErrorResponse as e:
+        except ErrorAnswer as e:
             return e.code  # the shard is replayed from its log: the group comes back as it was
         log.info("share group %s deleted", gid)
         return ErrorCode.NONE
@@ -433,15 +434,15 @@ class ShareGroupService:
 
 def _validate(gid: str, member_id: str, epoch: int, rack_id: str | None, subscribed: list[str] | None) -> None:
     if not gid:
-        raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
     if not member_id:
-        raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
+        raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
     if rack_id is not None and not rack_id:
-        raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
+        raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
     if epoch < -1:
-        raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, f"MemberEpoch {epoch} is invalid.")
+        raise ErrorAnswer(ErrorCode.INVALID_REQUEST, f"MemberEpoch {epoch} is invalid.")
     if epoch == 0 and not subscribed:
-        raise KafkaErrorResponse(ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
+        raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
 
 
 def _answer(r: HeartbeatResult, interval: int) -> HeartbeatAnswer:
