@@ -357,19 +357,38 @@ class Broker:
     def _handle(self, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         try:
             result = h.fn(self, ctx, body)
-        except Exception:
-            log.exception("handler %s failed for %s", h.name, conn.peer)
-            conn.fail(slot, "handler error")
+        except Exception as e:  # noqa: BLE001 - a bug: logged with its traceback, answered as Kafka does
+            self._unexpected(e, f"handler {h.name}", ctx, body, slot, conn)
             return
-        self._answer(result, h.name, slot, conn)
+        self._answer(result, h.name, ctx, body, slot, conn)
 
-    def _answer(self, result: Any, name: str, slot: Any, conn: Any) -> None:
+    def _answer(self, result: Any, name: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)
             conn.tasks.add(task)
-            task.add_done_callback(lambda t: self._finish(t, conn, slot, name))
+            task.add_done_callback(lambda t: self._finish(t, name, ctx, body, slot, conn))
         else:
             conn.complete(slot, result)
+
+    def _unexpected(self, exc: BaseException, what: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
+        """A handler raised what no rule of ARCHITECTURE.md's "Errors" expects: a bug.
+
+        Logged with its traceback, and answered as Kafka's request handler answers any
+        unexpected exception: the request's error response, UNKNOWN_SERVER_ERROR wherever
+        it has a place for a code, so the client sees an error and the connection (and the
+        client's other requests on it) carry on. An acks=0 Produce expects no answer, so its
+        connection is closed instead, as Kafka closes it on a failed acks=0 produce."""
+        log.error("%s failed for %s: %r", what, conn.peer, exc, exc_info=exc)
+        if ctx.api_key == _PRODUCE and getattr(body, "acks", -1) == 0:
+            conn.fail(slot, f"{what} failed on an acks=0 Produce")
+            return
+        try:
+            answer = error_response(ctx.api_key, ctx.api_version, body, ErrorCode.UNKNOWN_SERVER_ERROR, None)
+        except Exception:
+            log.exception("no error response for %s v%d", what, ctx.api_version)
+            conn.fail(slot, f"{what} failed")
+            return
+        conn.complete(slot, answer)
 
     def _inject(self, fault: Fault, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         """Carry out an armed fault (broker.faults) in place of the request's normal handling."""
@@ -387,12 +406,11 @@ class Broker:
             request = InterceptedRequest(ctx.api_key, h.name, ctx.api_version, ctx.client_id, ctx.correlation_id, body)
             try:
                 result = fault.callback(request)
-            except Exception:
-                log.exception("fault injection: the %s callback failed", h.name)
-                conn.fail(slot, "intercept callback error")
+            except Exception as e:  # noqa: BLE001 - a bug in the callback: logged, answered
+                self._unexpected(e, f"fault injection: the {h.name} callback", ctx, body, slot, conn)
                 return
             if inspect.isawaitable(result):
-                self._answer(self._intercepted(result, h, ctx, body), h.name, slot, conn)
+                self._answer(self._intercepted(result, h, ctx, body), h.name, ctx, body, slot, conn)
             elif result is None:
                 self._handle(h, ctx, body, slot, conn)
             else:
@@ -410,14 +428,14 @@ class Broker:
         if not conn.closed:
             self._handle(h, ctx, body, slot, conn)
 
-    def _finish(self, task: asyncio.Future, conn: Any, slot: Any, name: str) -> None:
+    def _finish(self, task: asyncio.Future, name: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         conn.tasks.discard(task)
         if task.cancelled():
             return
         exc = task.exception()
         if exc is not None:
-            log.error("handler %s failed for %s: %r", name, conn.peer, exc, exc_info=exc)
-            conn.fail(slot, "handler error")
+            if not conn.closed:
+                self._unexpected(exc, f"handler {name}", ctx, body, slot, conn)
             return
         conn.complete(slot, task.result())
 

@@ -390,7 +390,8 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def fail(self, slot: _Slot, reason: str) -> None:
-        """A handler could not produce a response: close, as Kafka does."""
+        """No response can be given (an acks=0 Produce whose handling failed, or no error
+        response could be built): close the connection, as Kafka does."""
         self.abort(reason)
 
     # -- flow control ------------------------------------------------------------
