@@ -26,6 +26,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import ACCEPT
 from tests.support.kio_bridge import to_kio
 
 
@@ -112,7 +113,7 @@ def cases():
                         partition_index=p,
                         acknowledgement_batches=[
                             R.AcknowledgementBatch(
-                                first_offset=100 * p, last_offset=100 * p + 49, acknowledge_types=[1]
+                                first_offset=100 * p, last_offset=100 * p + 49, acknowledge_types=[ACCEPT]
                             )
                         ],
                     )

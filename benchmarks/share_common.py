@@ -24,12 +24,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from shoal.protocol.api import api_by_name  # noqa: E402
+from shoal.protocol.constants import (  # noqa: E402
+    AlterConfigOpType,
+    ConfigResourceType,
+    IsolationLevel,
+    ListOffsetsTimestamp,
+)
 from tests.support.brokers import RawClient  # noqa: E402
 
 MIB = 1 << 20
 RECORD = 1024
 QUIET = {"log_level": 3}
-ACCEPT = 1
 MAX_RECORDS = 500
 FETCH_WAIT_MS = 500
 OVERRIDES = [
@@ -99,10 +104,10 @@ def group_config(port: int, group: str, **configs: str) -> None:
             1,
             resources=[
                 IAC.AlterConfigsResource(
-                    resource_type=32,
+                    resource_type=ConfigResourceType.GROUP,
                     resource_name=group,
                     configs=[
-                        IAC.AlterableConfig(name=k.replace("_", "."), config_operation=0, value=v)
+                        IAC.AlterableConfig(name=k.replace("_", "."), config_operation=AlterConfigOpType.SET, value=v)
                         for k, v in configs.items()
                     ],
                 )
@@ -153,11 +158,14 @@ def high_watermarks(port: int, topic: str, partitions: int) -> list[int]:
             "ListOffsets",
             7,
             replica_id=-1,
-            isolation_level=0,
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
             topics=[
                 LO.ListOffsetsTopic(
                     name=topic,
-                    partitions=[LO.ListOffsetsPartition(partition_index=i, timestamp=-1) for i in range(partitions)],
+                    partitions=[
+                        LO.ListOffsetsPartition(partition_index=i, timestamp=ListOffsetsTimestamp.LATEST)
+                        for i in range(partitions)
+                    ],
                 )
             ],
         )

@@ -482,7 +482,8 @@ def run_heartbeats(quick: bool) -> bool:
 
 def replay_figures(updates: int, keys: int, per_batch: int) -> bool:
     from shoal.broker.log import LogConfig, PartitionLog
-    from shoal.broker.share_coordinator.shard import ACKNOWLEDGED, ARCHIVED, AVAILABLE, UPDATE, ShareStateShard
+    from shoal.broker.share_coordinator.shard import UPDATE, ShareStateShard
+    from shoal.protocol.constants import ACKNOWLEDGED, ARCHIVED, AVAILABLE
     from shoal.protocol.coordinator_records import CoordinatorRecord, serde
     from shoal.protocol.records import build_batch
 

@@ -28,7 +28,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from share_common import (  # noqa: E402
-    ACCEPT,
     FETCH_WAIT_MS,
     HB,
     HB_V,
@@ -43,6 +42,7 @@ from share_common import (  # noqa: E402
     wait_acknowledged,
 )
 
+from shoal.protocol.constants import ACCEPT  # noqa: E402
 from shoal.protocol.frames import decode_response, encode_request  # noqa: E402
 from shoal.protocol.records import iter_batches  # noqa: E402
 from tests.support.brokers import BrokerProcess  # noqa: E402

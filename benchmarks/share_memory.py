@@ -23,7 +23,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from share_common import (  # noqa: E402
-    ACCEPT,
     FETCH_WAIT_MS,
     MAX_RECORDS,
     MIB,
@@ -40,6 +39,7 @@ from share_common import (  # noqa: E402
 )
 from share_members import Conn, Group, Member, Tally  # noqa: E402
 
+from shoal.protocol.constants import ACCEPT  # noqa: E402
 from tests.support.brokers import BrokerProcess  # noqa: E402
 
 # -- broker memory --------------------------------------------------------------------------

@@ -7,6 +7,8 @@ response headers; ``records`` and ``record_sets`` are record batches (built, rea
 place) and legacy message sets; ``compression`` their codecs; ``errors`` the one table of error
 codes (``error_table``) and ``ErrorCode``; ``stubgen`` writes ``messages.pyi`` and ``errors.pyi``, the types
 checkers see for what is built at run time; ``error_responses`` builds Kafka's error answer for any request; ``coordinator_records``
-the internal topics' record layouts; ``record_slice`` cuts a batch down to chosen records.
+the internal topics' record layouts; ``record_slice`` cuts a batch down to chosen records; ``constants``
+Kafka's enumerated wire values (acknowledge types, record states, config and resource types, ...), which
+nothing outside this package redefines (``tests/checks/test_wire_constants.py``).
 Imports nothing else of Shoal.
 """

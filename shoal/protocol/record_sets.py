@@ -18,10 +18,11 @@ from shoal.protocol.records import (  # the batch format's shared layout constan
     _COMPRESSION_MASK,
     _INT32,
     _INT64,
-    _LOG_OVERHEAD,
-    _MAGIC_POS,
     _OFFSET_SIZE,
     _TIMESTAMP_TYPE_BIT,
+    CURRENT_MAGIC,
+    LOG_OVERHEAD,
+    MAGIC_POS,
     BatchHeader,
     Buffer,
     Record,
@@ -66,30 +67,30 @@ def _walk(view: memoryview, allow_partial: bool, verify_crc: bool, max_size: int
     pos = 0
     end = len(view)
     while pos < end:
-        if end - pos < _MAGIC_POS + 1:
+        if end - pos < MAGIC_POS + 1:
             if allow_partial:
                 break
             raise ProtocolError(f"partial entry: {end - pos} trailing bytes", offset=pos)
         base_offset, size = _OFFSET_SIZE.unpack_from(view, pos)
         if size < _LEGACY_HEAD.size + 8:
             raise ProtocolError(f"entry size {size} too small", path="size", offset=pos)
-        if size > end - pos - _LOG_OVERHEAD:
+        if size > end - pos - LOG_OVERHEAD:
             if allow_partial:
                 break
             raise ProtocolError(f"partial entry: size {size} exceeds buffer", offset=pos)
-        magic = view[pos + _MAGIC_POS]
-        if magic == 2 and not legacy_only:
+        magic = view[pos + MAGIC_POS]
+        if magic == CURRENT_MAGIC and not legacy_only:
             header = BatchHeader.read(view, pos)
             out.extend(header.records(verify_crc=verify_crc, max_decompressed_size=max_size))
         elif magic in (0, 1):
-            message = view[pos + _LOG_OVERHEAD : pos + _LOG_OVERHEAD + size]
+            message = view[pos + LOG_OVERHEAD : pos + LOG_OVERHEAD + size]
             try:
                 _legacy_message(base_offset, message, out, verify_crc, max_size, None)
             except ProtocolError as exc:
                 raise exc.with_context(offset=pos) from None
         else:
             raise ProtocolError(f"unsupported magic {magic}", path="magic", offset=pos)
-        pos += _LOG_OVERHEAD + size
+        pos += LOG_OVERHEAD + size
     return out
 
 
@@ -150,14 +151,14 @@ def _legacy_message(
     records: list[Record] = []
     pos, end = 0, len(inner)
     while pos < end:
-        if end - pos < _LOG_OVERHEAD:
+        if end - pos < LOG_OVERHEAD:
             raise ProtocolError("truncated inner message", path="value", offset=pos)
         inner_offset, size = _OFFSET_SIZE.unpack_from(inner, pos)
-        if size < _LEGACY_HEAD.size + 8 or size > end - pos - _LOG_OVERHEAD:
+        if size < _LEGACY_HEAD.size + 8 or size > end - pos - LOG_OVERHEAD:
             raise ProtocolError(f"inner message size {size} invalid", path="value", offset=pos)
-        message = inner[pos + _LOG_OVERHEAD : pos + _LOG_OVERHEAD + size]
+        message = inner[pos + LOG_OVERHEAD : pos + LOG_OVERHEAD + size]
         _legacy_message(inner_offset, message, records, verify_crc, max_size, magic)
-        pos += _LOG_OVERHEAD + size
+        pos += LOG_OVERHEAD + size
     if magic >= 1 and records:
         # KIP-31: inner offsets are relative; the wrapper holds the last one.
         shift = offset - records[-1].offset

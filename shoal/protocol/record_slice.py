@@ -22,13 +22,13 @@ from array import array
 from shoal.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, decompress
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.records import (
-    _ATTR_POS,
     _COMPRESSION_MASK,
-    _CRC_POS,
     _HEADER,
-    _LOG_OVERHEAD,
     _UINT32,
+    ATTRIBUTES_POS,
     BATCH_HEADER_SIZE,
+    CRC_POS,
+    LOG_OVERHEAD,
     BatchHeader,
     Compression,
     _crc32c,
@@ -85,7 +85,7 @@ class RecordIndex:
             out,
             0,
             base,
-            BATCH_HEADER_SIZE - _LOG_OVERHEAD + len(body),
+            BATCH_HEADER_SIZE - LOG_OVERHEAD + len(body),
             leader_epoch,
             magic,
             0,
@@ -99,5 +99,5 @@ class RecordIndex:
             j - i + 1,
         )
         out[BATCH_HEADER_SIZE:] = body
-        _UINT32.pack_into(out, _CRC_POS, _crc32c(memoryview(out)[_ATTR_POS:]))
+        _UINT32.pack_into(out, CRC_POS, _crc32c(memoryview(out)[ATTRIBUTES_POS:]))
         return bytes(out)

@@ -44,8 +44,19 @@ from shoal.protocol.compression import (
 from shoal.protocol.exceptions import ProtocolError
 
 __all__ = [
+    "ATTRIBUTES_POS",
     "BATCH_HEADER_SIZE",
+    "BATCH_LENGTH_POS",
+    "CRC_POS",
+    "CURRENT_MAGIC",
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
+    "HEADER_FIELDS",
+    "HEADER_POSITIONS",
+    "LOG_OVERHEAD",
+    "MAGIC_POS",
+    "MAX_TIMESTAMP_POS",
+    "PARTITION_LEADER_EPOCH_POS",
+    "RECORDS_COUNT_POS",
     "BatchHeader",
     "BatchIterator",
     "Compression",
@@ -57,6 +68,7 @@ __all__ = [
     "build_control_batch",
     "decode_batch",
     "encode_varint",
+    "header_struct",
     "iter_batches",
     "set_base_offset",
     "set_log_append_time",
@@ -69,18 +81,41 @@ HeaderValue = bytes | bytearray | memoryview | None
 
 _crc32c = _crc32c_module.crc32c
 
-# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
-# lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
-# baseSequence, recordsCount
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+# The magic 2 batch header (Kafka's DefaultRecordBatch), field by field in wire
+# order with its struct code: the one statement of the layout. Every size,
+# position and partial reader of a header (``header_struct``) derives from it.
+HEADER_FIELDS: tuple[tuple[str, str], ...] = (
+    ("base_offset", "q"),
+    ("batch_length", "i"),
+    ("partition_leader_epoch", "i"),
+    ("magic", "b"),
+    ("crc", "I"),
+    ("attributes", "h"),
+    ("last_offset_delta", "i"),
+    ("base_timestamp", "q"),
+    ("max_timestamp", "q"),
+    ("producer_id", "q"),
+    ("producer_epoch", "h"),
+    ("base_sequence", "i"),
+    ("records_count", "i"),
+)
+_HEADER = struct.Struct(">" + "".join(code for _, code in HEADER_FIELDS))
 BATCH_HEADER_SIZE = _HEADER.size  # 61
-_LOG_OVERHEAD = 12  # baseOffset + batchLength precede what batchLength counts
-_MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - _LOG_OVERHEAD
-_PLE_POS = 12
-_MAGIC_POS = 16
-_CRC_POS = 17
-_ATTR_POS = 21  # the CRC covers everything from here to the end
-_MAX_TS_POS = 35
+# where each field starts, counted from the batch's first byte
+HEADER_POSITIONS: dict[str, int] = {
+    name: struct.calcsize(">" + "".join(code for _, code in HEADER_FIELDS[:i]))
+    for i, (name, _) in enumerate(HEADER_FIELDS)
+}
+BATCH_LENGTH_POS = HEADER_POSITIONS["batch_length"]
+PARTITION_LEADER_EPOCH_POS = HEADER_POSITIONS["partition_leader_epoch"]
+LOG_OVERHEAD = PARTITION_LEADER_EPOCH_POS  # baseOffset + batchLength precede what batchLength counts
+MAGIC_POS = HEADER_POSITIONS["magic"]
+CRC_POS = HEADER_POSITIONS["crc"]
+ATTRIBUTES_POS = HEADER_POSITIONS["attributes"]  # the CRC covers everything from here to the end
+MAX_TIMESTAMP_POS = HEADER_POSITIONS["max_timestamp"]
+RECORDS_COUNT_POS = HEADER_POSITIONS["records_count"]
+CURRENT_MAGIC = 2  # the batch format above; 0 and 1 are legacy message sets (``record_sets``)
+_MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
 _MIN_RECORD_SIZE = 7  # length, attrs, ts delta, offset delta, key, value, headers
 
 _INT16 = struct.Struct(">h")
@@ -96,6 +131,28 @@ _TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
 _DELETE_HORIZON_BIT = 0x40
+
+
+def header_struct(*names: str) -> struct.Struct:
+    """A struct that reads only the header fields ``names`` (given in wire order),
+    skipping the others: for code that must look at a few fields of batches it
+    does not hold whole (``BatchHeader.read`` wants the entire batch)."""
+    wanted = set(names)
+    unknown = wanted - set(HEADER_POSITIONS)
+    if unknown or list(names) != [n for n, _ in HEADER_FIELDS if n in wanted]:
+        raise ValueError(f"header fields must be named once each, in wire order: {names}")
+    fmt, skip = [">"], 0
+    last = max(HEADER_POSITIONS[n] for n in names) if names else -1
+    for name, code in HEADER_FIELDS:
+        if HEADER_POSITIONS[name] > last:
+            break
+        if name in wanted:
+            fmt.append(f"{skip}x" if skip else "")
+            fmt.append(code)
+            skip = 0
+        else:
+            skip += struct.calcsize(">" + code)
+    return struct.Struct("".join(fmt))
 
 
 class TimestampType(IntEnum):
@@ -187,19 +244,19 @@ class BatchHeader:
             raise ProtocolError(f"truncated batch header ({left} bytes)", path="batch", offset=offset)
         fields = _HEADER.unpack_from(view, offset)
         length = fields[1]
-        if fields[3] != 2:
+        if fields[3] != CURRENT_MAGIC:
             raise ProtocolError(f"unsupported magic {fields[3]}", path="batch.magic", offset=offset)
-        if not _MIN_BATCH_LENGTH <= length <= left - _LOG_OVERHEAD:
+        if not _MIN_BATCH_LENGTH <= length <= left - LOG_OVERHEAD:
             bound = "is below minimum" if length < _MIN_BATCH_LENGTH else "exceeds the bytes left"
             raise ProtocolError(f"batch length {length} {bound}", path="batch.batchLength", offset=offset)
         if fields[12] < 0:
             raise ProtocolError(f"negative count {fields[12]}", path="batch.recordsCount", offset=offset)
-        return cls(*fields, view[offset : offset + _LOG_OVERHEAD + length])  # type: ignore[call-arg]  # 13 ints
+        return cls(*fields, view[offset : offset + LOG_OVERHEAD + length])  # type: ignore[call-arg]  # 13 ints
 
     @property
     def size(self) -> int:
         """Bytes the batch occupies in a log or fetch response."""
-        return self.batch_length + _LOG_OVERHEAD
+        return self.batch_length + LOG_OVERHEAD
 
     @property
     def compression(self) -> Compression:
@@ -243,11 +300,11 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
 
     def computed_crc(self) -> int:
-        return _crc32c(self.data[_ATTR_POS:])
+        return _crc32c(self.data[ATTRIBUTES_POS:])
 
     def verify_crc(self) -> bool:
         """True when the stored CRC-32C matches attributes..end of the batch."""
-        return _crc32c(self.data[_ATTR_POS:]) == self.crc
+        return _crc32c(self.data[ATTRIBUTES_POS:]) == self.crc
 
     def records(
         self,
@@ -297,13 +354,13 @@ class BatchIterator:
         left = self._end - pos
         if left <= 0:
             raise StopIteration
-        if left >= _LOG_OVERHEAD:
+        if left >= LOG_OVERHEAD:
             (length,) = _INT32.unpack_from(self._view, pos + 8)
             if length < _MIN_BATCH_LENGTH:
                 raise ProtocolError(f"batch length {length} too small", path="batch.batchLength", offset=pos)
-            if length <= left - _LOG_OVERHEAD:
+            if length <= left - LOG_OVERHEAD:
                 header = BatchHeader.read(self._view, pos)
-                self.position = pos + _LOG_OVERHEAD + length
+                self.position = pos + LOG_OVERHEAD + length
                 return header, header.data
         if self.allow_partial:
             self.truncated = True
@@ -643,13 +700,13 @@ def build_batch(
             max_ts = log_append_time
     try:
         _HEADER.pack_into(
-            out, 0, base_offset, len(out) - _LOG_OVERHEAD, partition_leader_epoch, 2, 0,
+            out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, CURRENT_MAGIC, 0,
             attrs, last_delta, first_ts, max_ts, producer_id, producer_epoch,
             base_sequence, count,
         )  # fmt: skip
     except struct.error as exc:
         raise ProtocolError(f"cannot encode batch header: {exc}", path="batch") from None
-    _UINT32.pack_into(out, _CRC_POS, _crc32c(memoryview(out)[_ATTR_POS:]))
+    _UINT32.pack_into(out, CRC_POS, _crc32c(memoryview(out)[ATTRIBUTES_POS:]))
     return bytes(out)
 
 
@@ -704,15 +761,15 @@ def set_base_offset(buf: bytearray | memoryview, base_offset: int, offset: int =
 def set_partition_leader_epoch(buf: bytearray | memoryview, epoch: int, offset: int = 0) -> None:
     """Stamp the leader epoch (outside the CRC'd range: no CRC update)."""
     _check_room(buf, offset, BATCH_HEADER_SIZE)
-    _INT32.pack_into(buf, offset + _PLE_POS, epoch)
+    _INT32.pack_into(buf, offset + PARTITION_LEADER_EPOCH_POS, epoch)
 
 
 def set_log_append_time(buf: bytearray | memoryview, timestamp: int, offset: int = 0) -> None:
     """Switch the batch to LogAppendTime at ``timestamp`` and recompute the CRC."""
     header = BatchHeader.read(buf, offset)
     header.data.release()
-    _INT16.pack_into(buf, offset + _ATTR_POS, header.attributes | _TIMESTAMP_TYPE_BIT)
-    _INT64.pack_into(buf, offset + _MAX_TS_POS, timestamp)
+    _INT16.pack_into(buf, offset + ATTRIBUTES_POS, header.attributes | _TIMESTAMP_TYPE_BIT)
+    _INT64.pack_into(buf, offset + MAX_TIMESTAMP_POS, timestamp)
     update_crc(buf, offset)
 
 
@@ -721,6 +778,6 @@ def update_crc(buf: bytearray | memoryview, offset: int = 0) -> None:
     header = BatchHeader.read(buf, offset)
     data = header.data
     try:
-        _UINT32.pack_into(data, _CRC_POS, _crc32c(data[_ATTR_POS:]))
+        _UINT32.pack_into(data, CRC_POS, _crc32c(data[ATTRIBUTES_POS:]))
     finally:
         data.release()

@@ -23,21 +23,22 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from shoal.broker.config.group_configs import FILE_NAME, OP_APPEND, OP_DELETE, OP_SET, OP_SUBTRACT, GroupConfigs
+from shoal.broker.config.group_configs import FILE_NAME, GroupConfigs
 from shoal.broker.config.settings import BrokerConfig
 from shoal.broker.config.settings import ConfigSource as Source
 from shoal.broker.errors import ErrorAnswer
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import AlterConfigOpType as Op
+from shoal.protocol.constants import ConfigResourceType
 from shoal.protocol.errors import ErrorCode
 from tests.support.brokers import BrokerProcess, RawClient
 
 _IAC = api_by_name("IncrementalAlterConfigs").request_class()
 _DC = api_by_name("DescribeConfigs").request_class()
-GROUP = 32
 QUIET = {"log_level": 0}
 
 
-def op(name: str, value: str | None = None, operation: int = OP_SET) -> Any:
+def op(name: str, value: str | None = None, operation: int = Op.SET) -> Any:
     return _IAC.AlterableConfig(name=name, config_operation=operation, value=value)
 
 
@@ -72,7 +73,7 @@ def test_overrides_fall_back_to_broker_settings(tmp_path: Path) -> None:
     assert s.get("other", "share.delivery.count.limit") == 5
     assert s.resolved("g")["share.renew.acknowledge.enable"] is True
     assert s.groups() == ["g"]
-    s.alter("g", [op("share.delivery.count.limit", operation=OP_DELETE)])
+    s.alter("g", [op("share.delivery.count.limit", operation=Op.DELETE)])
     assert s.overrides("g") == {} and s.groups() == []
     assert s.get("g", "share.delivery.count.limit") == 5
 
@@ -136,7 +137,7 @@ def test_bad_requests(tmp_path: Path) -> None:
         s.alter("g", [op("share.delivery.count.limit", None)])
     with rejected(ErrorCode.INVALID_CONFIG, r"no\.such\.config"):
         s.alter("g", [op("no.such.config", "1")])
-    for operation in (OP_APPEND, OP_SUBTRACT):
+    for operation in (Op.APPEND, Op.SUBTRACT):
         with rejected(ErrorCode.INVALID_CONFIG, "LIST"):
             s.alter("g", [op("share.isolation.level", "read_committed", operation)])
     with rejected(ErrorCode.INVALID_REQUEST, "operation 9"):
@@ -145,7 +146,7 @@ def test_bad_requests(tmp_path: Path) -> None:
     with rejected(ErrorCode.INVALID_CONFIG):
         s.alter("g", [op("share.delivery.count.limit", "3"), op("share.isolation.level", "dirty")])
     assert s.groups() == [] and not (tmp_path / FILE_NAME).exists()
-    s.alter("g", [op("no.such.config", operation=OP_DELETE)])  # deleting what is not set is a no-op
+    s.alter("g", [op("no.such.config", operation=Op.DELETE)])  # deleting what is not set is a no-op
     assert s.groups() == []
 
 
@@ -171,7 +172,7 @@ def test_changes_survive_a_new_instance(tmp_path: Path) -> None:
     s.alter("a", [op("share.delivery.count.limit", "4"), op("share.auto.offset.reset", "by_duration:P1D")])
     s.alter("b", [op("consumer.session.timeout.ms", "50000")])
     s.alter("c", [op("share.isolation.level", "read_committed")])
-    s.alter("c", [op("share.isolation.level", operation=OP_DELETE)])
+    s.alter("c", [op("share.isolation.level", operation=Op.DELETE)])
     again = store(tmp_path)
     assert again.groups() == ["a", "b"]
     assert again.overrides("a") == {"share.delivery.count.limit": "4", "share.auto.offset.reset": "by_duration:P1D"}
@@ -237,7 +238,9 @@ def test_describe_entries(tmp_path: Path) -> None:
 
 
 def raw_alter(c: RawClient, group: str, ops: list[Any], validate_only: bool = False, version: int = 1) -> Any:
-    body = _IAC(resources=[_IAC.AlterConfigsResource(resource_type=GROUP, resource_name=group, configs=ops)])
+    body = _IAC(
+        resources=[_IAC.AlterConfigsResource(resource_type=ConfigResourceType.GROUP, resource_name=group, configs=ops)]
+    )
     body.validate_only = validate_only
     return c.call("IncrementalAlterConfigs", version, body).responses[0]
 
@@ -246,7 +249,11 @@ def raw_describe(
     c: RawClient, group: str, keys: list[str] | None = None, version: int = 4, synonyms: bool = True
 ) -> Any:
     body = _DC(
-        resources=[_DC.DescribeConfigsResource(resource_type=GROUP, resource_name=group, configuration_keys=keys)],
+        resources=[
+            _DC.DescribeConfigsResource(
+                resource_type=ConfigResourceType.GROUP, resource_name=group, configuration_keys=keys
+            )
+        ],
         include_synonyms=synonyms,
         include_documentation=version >= 3,
     )
@@ -259,7 +266,7 @@ def test_wire_alter_and_describe(shared_broker: BrokerProcess) -> None:
         r = raw_alter(
             c, g, [op("share.record.lock.duration.ms", "20000"), op("share.isolation.level", "read_committed")]
         )
-        assert (r.error_code, r.resource_type, r.resource_name) == (0, GROUP, g)
+        assert (r.error_code, r.resource_type, r.resource_name) == (0, ConfigResourceType.GROUP, g)
         d = raw_describe(c, g)
         assert d.error_code == 0
         got = {e.name: e for e in d.configs}
@@ -282,7 +289,7 @@ def test_wire_alter_and_describe(shared_broker: BrokerProcess) -> None:
         ]
         assert len(raw_describe(c, g, []).configs) == len(d.configs)
         # IncrementalAlterConfigs v0 and a DELETE
-        assert raw_alter(c, g, [op("share.isolation.level", operation=OP_DELETE)], version=0).error_code == 0
+        assert raw_alter(c, g, [op("share.isolation.level", operation=Op.DELETE)], version=0).error_code == 0
         again = {e.name: e for e in raw_describe(c, g).configs}
         assert (again["share.isolation.level"].value, again["share.isolation.level"].config_source) == (
             "read_uncommitted",
@@ -351,7 +358,7 @@ def test_configs_survive_restart_and_crash(broker_factory) -> None:
         values = {e.name: (e.value, e.config_source) for e in raw_describe(c, g).configs}
         assert values["share.session.timeout.ms"] == ("80000", 8)
         assert values["share.partition.max.record.locks"] == ("1000", 8)
-        assert raw_alter(c, g, [op("share.partition.max.record.locks", operation=OP_DELETE)]).error_code == 0
+        assert raw_alter(c, g, [op("share.partition.max.record.locks", operation=Op.DELETE)]).error_code == 0
     b.kill()  # acknowledged means on disk: a crash right after the answer keeps the change
     b.start()
     with RawClient(b.port) as c:

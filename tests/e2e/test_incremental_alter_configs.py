@@ -18,28 +18,28 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import AlterConfigOpType as Op
+from shoal.protocol.constants import ConfigResourceType as Resource
+from shoal.protocol.constants import ConfigSource as Source
 from shoal.protocol.errors import ErrorCode
 from tests.support.brokers import BrokerProcess, RawClient
 
 _IAC = api_by_name("IncrementalAlterConfigs").request_class()
 _DC = api_by_name("DescribeConfigs").request_class()
 _CT = api_by_name("CreateTopics").request_class()
-TOPIC, GROUP = 2, 32
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-DYNAMIC_TOPIC, STATIC_BROKER, DEFAULT = 1, 4, 5
 
 
 def op(name: str, value: str | None, operation: int) -> Any:
     return _IAC.AlterableConfig(name=name, config_operation=operation, value=value)
 
 
-def alter(c: RawClient, name: str, ops: list[Any], rtype: int = TOPIC) -> Any:
+def alter(c: RawClient, name: str, ops: list[Any], rtype: int = Resource.TOPIC) -> Any:
     body = _IAC(resources=[_IAC.AlterConfigsResource(resource_type=rtype, resource_name=name, configs=ops)])
     return c.call("IncrementalAlterConfigs", 1, body).responses[0]
 
 
 def describe(c: RawClient, topic: str) -> dict[str, tuple[str, int]]:
-    body = _DC(resources=[_DC.DescribeConfigsResource(resource_type=TOPIC, resource_name=topic)])
+    body = _DC(resources=[_DC.DescribeConfigsResource(resource_type=Resource.TOPIC, resource_name=topic)])
     r = c.call("DescribeConfigs", 4, body).results[0]
     assert r.error_code == 0, r
     return {e.name: (e.value, e.config_source) for e in r.configs}
@@ -54,18 +54,18 @@ def create(c: RawClient, topic: str) -> None:
 def test_append_and_subtract_start_from_the_default(shared_broker: BrokerProcess, topic_name: str) -> None:
     with RawClient(shared_broker.port) as c:
         create(c, topic_name)
-        assert describe(c, topic_name)["cleanup.policy"] == ("delete", DEFAULT)
-        assert alter(c, topic_name, [op("cleanup.policy", "compact", APPEND)]).error_code == 0
-        assert describe(c, topic_name)["cleanup.policy"] == ("delete,compact", DYNAMIC_TOPIC)
+        assert describe(c, topic_name)["cleanup.policy"] == ("delete", Source.DEFAULT_CONFIG)
+        assert alter(c, topic_name, [op("cleanup.policy", "compact", Op.APPEND)]).error_code == 0
+        assert describe(c, topic_name)["cleanup.policy"] == ("delete,compact", Source.DYNAMIC_TOPIC_CONFIG)
         # values already there are not repeated
-        assert alter(c, topic_name, [op("cleanup.policy", "compact,delete", APPEND)]).error_code == 0
-        assert describe(c, topic_name)["cleanup.policy"] == ("delete,compact", DYNAMIC_TOPIC)
-        assert alter(c, topic_name, [op("cleanup.policy", "delete", SUBTRACT)]).error_code == 0
-        assert describe(c, topic_name)["cleanup.policy"] == ("compact", DYNAMIC_TOPIC)
+        assert alter(c, topic_name, [op("cleanup.policy", "compact,delete", Op.APPEND)]).error_code == 0
+        assert describe(c, topic_name)["cleanup.policy"] == ("delete,compact", Source.DYNAMIC_TOPIC_CONFIG)
+        assert alter(c, topic_name, [op("cleanup.policy", "delete", Op.SUBTRACT)]).error_code == 0
+        assert describe(c, topic_name)["cleanup.policy"] == ("compact", Source.DYNAMIC_TOPIC_CONFIG)
         # back to no override: SUBTRACT starts from the default again
-        assert alter(c, topic_name, [op("cleanup.policy", None, DELETE)]).error_code == 0
-        assert alter(c, topic_name, [op("cleanup.policy", "compact", SUBTRACT)]).error_code == 0
-        assert describe(c, topic_name)["cleanup.policy"] == ("delete", DYNAMIC_TOPIC)
+        assert alter(c, topic_name, [op("cleanup.policy", None, Op.DELETE)]).error_code == 0
+        assert alter(c, topic_name, [op("cleanup.policy", "compact", Op.SUBTRACT)]).error_code == 0
+        assert describe(c, topic_name)["cleanup.policy"] == ("delete", Source.DYNAMIC_TOPIC_CONFIG)
 
 
 def test_non_list_unknown_and_null_are_rejected_and_change_nothing(
@@ -74,8 +74,8 @@ def test_non_list_unknown_and_null_are_rejected_and_change_nothing(
     with RawClient(shared_broker.port) as c:
         create(c, topic_name)
         before = describe(c, topic_name)
-        for operation, verb in ((APPEND, "APPEND"), (SUBTRACT, "SUBTRACT")):
-            r = alter(c, topic_name, [op("cleanup.policy", "compact", APPEND), op("retention.ms", "5", operation)])
+        for operation, verb in ((Op.APPEND, "APPEND"), (Op.SUBTRACT, "SUBTRACT")):
+            r = alter(c, topic_name, [op("cleanup.policy", "compact", Op.APPEND), op("retention.ms", "5", operation)])
             assert r.error_code == ErrorCode.INVALID_CONFIG
             assert r.error_message == f"Can't {verb} to key retention.ms because its type is not LIST."
             r = alter(c, topic_name, [op("no.such.config", "x", operation)])
@@ -83,10 +83,10 @@ def test_non_list_unknown_and_null_are_rejected_and_change_nothing(
             r = alter(c, topic_name, [op("cleanup.policy", None, operation)])
             assert r.error_code == ErrorCode.INVALID_REQUEST
             assert r.error_message == "Null value not supported for : cleanup.policy"
-            g = alter(c, topic_name + "-g", [op("share.isolation.level", "read_committed", operation)], GROUP)
+            g = alter(c, topic_name + "-g", [op("share.isolation.level", "read_committed", operation)], Resource.GROUP)
             assert g.error_code == ErrorCode.INVALID_CONFIG
             assert g.error_message == f"Can't {verb} to key share.isolation.level because its type is not LIST."
-        r = alter(c, topic_name, [op("segment.ms", None, SET)])  # a null SET is no DELETE
+        r = alter(c, topic_name, [op("segment.ms", None, Op.SET)])  # a null SET is no DELETE
         assert r.error_code == ErrorCode.INVALID_REQUEST
         assert describe(c, topic_name) == before
 
@@ -97,9 +97,9 @@ def test_the_default_is_the_topic_configs_not_the_brokers(broker_factory, topic_
     b = broker_factory("log.cleanup.policy=compact").start()
     with RawClient(b.port) as c:
         create(c, topic_name)
-        assert describe(c, topic_name)["cleanup.policy"] == ("compact", STATIC_BROKER)
-        assert alter(c, topic_name, [op("cleanup.policy", "delete", APPEND)]).error_code == 0
-        assert describe(c, topic_name)["cleanup.policy"] == ("delete", DYNAMIC_TOPIC)
+        assert describe(c, topic_name)["cleanup.policy"] == ("compact", Source.STATIC_BROKER_CONFIG)
+        assert alter(c, topic_name, [op("cleanup.policy", "delete", Op.APPEND)]).error_code == 0
+        assert describe(c, topic_name)["cleanup.policy"] == ("delete", Source.DYNAMIC_TOPIC_CONFIG)
     assert b.stop() == 0
 
 
@@ -140,13 +140,13 @@ def test_a_resource_named_twice_is_refused_in_both_places_and_applied_in_neither
         create(c, other)
         res = [
             _IAC.AlterConfigsResource(
-                resource_type=TOPIC, resource_name=topic_name, configs=[op("retention.ms", "1000", SET)]
+                resource_type=Resource.TOPIC, resource_name=topic_name, configs=[op("retention.ms", "1000", Op.SET)]
             ),
             _IAC.AlterConfigsResource(
-                resource_type=TOPIC, resource_name=other, configs=[op("retention.ms", "2000", SET)]
+                resource_type=Resource.TOPIC, resource_name=other, configs=[op("retention.ms", "2000", Op.SET)]
             ),
             _IAC.AlterConfigsResource(
-                resource_type=TOPIC, resource_name=topic_name, configs=[op("retention.ms", "3000", SET)]
+                resource_type=Resource.TOPIC, resource_name=topic_name, configs=[op("retention.ms", "3000", Op.SET)]
             ),
         ]
         rs = c.call("IncrementalAlterConfigs", 1, _IAC(resources=res)).responses
@@ -155,5 +155,5 @@ def test_a_resource_named_twice_is_refused_in_both_places_and_applied_in_neither
             (other, 0, None),
             (topic_name, ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."),
         ]
-        assert describe(c, topic_name)["retention.ms"][1] == DEFAULT
-        assert describe(c, other)["retention.ms"] == ("2000", DYNAMIC_TOPIC)
+        assert describe(c, topic_name)["retention.ms"][1] == Source.DEFAULT_CONFIG
+        assert describe(c, other)["retention.ms"] == ("2000", Source.DYNAMIC_TOPIC_CONFIG)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import IsolationLevel
 from shoal.protocol.frames import decode_response, encode_request
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -287,7 +288,7 @@ def fetch_request(topic: str, partition: int = 0, offset: int = 0, *, max_wait_m
         max_wait_ms=max_wait_ms,
         min_bytes=1,
         max_bytes=max_bytes,
-        isolation_level=0,
+        isolation_level=IsolationLevel.READ_UNCOMMITTED,
         session_id=0,
         session_epoch=-1,
         topics=[

@@ -8,6 +8,7 @@ import pytest
 
 from shoal.client.share.consumer import AsyncShareConsumer
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import AlterConfigOpType, ConfigResourceType
 from tests.support.brokers import RawClient
 from tests.support.wire import create
 
@@ -31,10 +32,10 @@ def group_config(port: int, group: str, **configs: str) -> None:
             1,
             resources=[
                 IAC.AlterConfigsResource(
-                    resource_type=32,
+                    resource_type=ConfigResourceType.GROUP,
                     resource_name=group,
                     configs=[
-                        IAC.AlterableConfig(name=k.replace("_", "."), config_operation=0, value=v)
+                        IAC.AlterableConfig(name=k.replace("_", "."), config_operation=AlterConfigOpType.SET, value=v)
                         for k, v in configs.items()
                     ],
                 )

@@ -16,13 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shoal.broker.share.in_flight import InFlightBatch
-from shoal.broker.share.share_partition import (
-    ACKNOWLEDGED,
-    ACQUIRED,
-    ARCHIVED,
-    AVAILABLE,
-    SharePartition,
-)
+from shoal.broker.share.share_partition import SharePartition
+from shoal.protocol.constants import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE
 from shoal.protocol.errors import ErrorCode
 
 NONE = ErrorCode.NONE

@@ -25,9 +25,6 @@ FAST = (
 )
 
 
-ACCEPT, RELEASE, REJECT, RENEW = 1, 2, 3, 4
-
-
 def ready_topic(broker, topic: str, group: str, n: int, partitions: int = 1, **configs: str) -> uuid.UUID:
     """A topic with `n` records whose share state in `group` is initialized (earliest)."""
     with RawClient(broker.port) as c:

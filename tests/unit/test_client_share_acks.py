@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.errors import IllegalStateError
 from shoal.client.core.records import ConsumerRecord
-from shoal.client.share.acks import AckBatch, AcknowledgeType, AckTracker, PartitionAcks, ack_batches
+from shoal.client.share.acks import AckBatch, AckTracker, PartitionAcks, ack_batches
 from shoal.client.share.session import (
     FINAL_EPOCH,
     PREFETCH_BACKOFF_MAX,
@@ -28,11 +28,11 @@ from shoal.client.share.session import (
     share_fetch_body,
 )
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import ACCEPT, GAP, REJECT, RELEASE, RENEW, AcknowledgeType
 from shoal.protocol.records import build_batch, build_control_batch
 
 TP = TopicPartition("t", 0)
 TP2 = TopicPartition("t", 1)
-GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 
 
 def rec(offset: int, tp: TopicPartition = TP, count: int = 1, deadline: float | None = None) -> ConsumerRecord:

@@ -29,7 +29,7 @@ from shoal.broker.log import (
     select_for_deletion,
 )
 from shoal.protocol.errors import ErrorCode
-from shoal.protocol.records import BatchHeader, TimestampType, build_batch, iter_batches
+from shoal.protocol.records import BatchHeader, TimestampType, build_batch, iter_batches, set_base_offset
 
 T0 = 1_700_000_000_000
 
@@ -273,13 +273,13 @@ def test_append_rejects_bad_input_and_leaves_the_log_alone(tmp_path):
 def test_append_with_given_offsets(tmp_path):
     log = open_log(tmp_path / "p")
     given_ = bytearray(batch(3))
-    struct.pack_into(">q", given_, 0, 10)
+    set_base_offset(given_, 10)
     info = log.append(given_, assign_offsets=False)
     assert (info.first_offset, info.last_offset) == (10, 12)
     assert log.log_end_offset == 13
     assert headers(log.read(5, 100).data)[0].base_offset == 10  # an offset in a gap reads what follows
     stale = bytearray(batch())
-    struct.pack_into(">q", stale, 0, 12)
+    set_base_offset(stale, 12)
     with pytest.raises(InvalidBatch):
         log.append(stale, assign_offsets=False)
 

@@ -32,7 +32,13 @@ from shoal.protocol.compression import Compression, compress, decompress, xxh32_
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.record_sets import decode_message_set, decode_record_set
 from shoal.protocol.records import (
+    ATTRIBUTES_POS,
     BATCH_HEADER_SIZE,
+    BATCH_LENGTH_POS,
+    CURRENT_MAGIC,
+    LOG_OVERHEAD,
+    MAGIC_POS,
+    RECORDS_COUNT_POS,
     BatchHeader,
     ControlType,
     Record,
@@ -162,8 +168,8 @@ def test_raw_snappy_payload_as_librdkafka_writes():
     ours = bytearray(build_batch(SAMPLE))
     raw = bytes(cramjam.snappy.compress_raw(bytes(ours[BATCH_HEADER_SIZE:])))
     batch = bytearray(ours[:BATCH_HEADER_SIZE]) + raw
-    struct.pack_into(">i", batch, 8, len(batch) - 12)
-    struct.pack_into(">h", batch, 21, Compression.SNAPPY)
+    struct.pack_into(">i", batch, BATCH_LENGTH_POS, len(batch) - LOG_OVERHEAD)
+    struct.pack_into(">h", batch, ATTRIBUTES_POS, Compression.SNAPPY)
     update_crc(batch)
     assert aio_read(bytes(batch)) == expected()
     assert view_records(decode_batch(batch)[1]) == expected()
@@ -321,24 +327,24 @@ def test_crc_mismatch_detected():
 def test_wrong_magic_and_lying_header_rejected():
     data = bytearray(build_batch(SAMPLE[:1]))
     bad = bytearray(data)
-    bad[16] = 3
+    bad[MAGIC_POS] = 3
     with pytest.raises(ProtocolError, match="magic"):
         BatchHeader.read(bad)
     bad = bytearray(data)
-    struct.pack_into(">i", bad, 8, 10_000_000)
+    struct.pack_into(">i", bad, BATCH_LENGTH_POS, 10_000_000)
     with pytest.raises(ProtocolError, match="exceeds"):
         BatchHeader.read(bad)
     bad = bytearray(data)
-    struct.pack_into(">i", bad, 57, 2_000_000_000)  # count claims too many records
+    struct.pack_into(">i", bad, RECORDS_COUNT_POS, 2_000_000_000)  # count claims too many records
     update_crc(bad)
     with pytest.raises(ProtocolError, match="cannot fit"):
         decode_batch(bad)
     bad = bytearray(data)
-    struct.pack_into(">i", bad, 57, -1)
+    struct.pack_into(">i", bad, RECORDS_COUNT_POS, -1)
     with pytest.raises(ProtocolError, match="negative"):
         BatchHeader.read(bad)
     bad = bytearray(data)
-    struct.pack_into(">h", bad, 21, 6)  # codec 6 does not exist
+    struct.pack_into(">h", bad, ATTRIBUTES_POS, 6)  # codec 6 does not exist
     update_crc(bad)
     with pytest.raises(ProtocolError, match="codec"):
         decode_batch(bad)
@@ -346,7 +352,7 @@ def test_wrong_magic_and_lying_header_rejected():
 
 def test_trailing_bytes_after_records_rejected():
     data = bytearray(build_batch(SAMPLE[:1])) + b"\x00"
-    struct.pack_into(">i", data, 8, len(data) - 12)
+    struct.pack_into(">i", data, BATCH_LENGTH_POS, len(data) - LOG_OVERHEAD)
     update_crc(data)
     with pytest.raises(ProtocolError, match="after the last"):
         decode_batch(data)
@@ -596,8 +602,8 @@ def decode_everything(buf) -> None:
 
 def with_fixed_crc(buf: bytearray) -> bytearray:
     """Make a corrupted batch pass its CRC so corruption reaches the record parser."""
-    if len(buf) >= BATCH_HEADER_SIZE and buf[16] == 2:
-        struct.pack_into(">i", buf, 8, len(buf) - 12)
+    if len(buf) >= BATCH_HEADER_SIZE and buf[MAGIC_POS] == CURRENT_MAGIC:
+        struct.pack_into(">i", buf, BATCH_LENGTH_POS, len(buf) - LOG_OVERHEAD)
         try:
             update_crc(buf)
         except ProtocolError:
@@ -666,7 +672,7 @@ def test_record_length_mismatch_rejected():
     assert data[BATCH_HEADER_SIZE] < 0x80  # one-byte zig-zag length
     data[BATCH_HEADER_SIZE] += 2  # claims one byte more ...
     data += b"\x00"  # ... which is there, but the fields do not use it
-    struct.pack_into(">i", data, 8, len(data) - 12)
+    struct.pack_into(">i", data, BATCH_LENGTH_POS, len(data) - LOG_OVERHEAD)
     update_crc(data)
     with pytest.raises(ProtocolError, match="declares"):
         decode_batch(data)

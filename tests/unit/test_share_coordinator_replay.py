@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from shoal.broker.share_coordinator.shard import ACKNOWLEDGED, ARCHIVED, AVAILABLE, ShareStateShard
+from shoal.broker.share_coordinator.shard import ShareStateShard
+from shoal.protocol.constants import ACKNOWLEDGED, ARCHIVED, AVAILABLE
 from shoal.protocol.coordinator_records import CoordinatorRecord
 from shoal.protocol.errors import ErrorCode
 from tests.support.share_state import KEYS, SERDE, TOPICS, Clock, dump

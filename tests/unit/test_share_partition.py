@@ -16,18 +16,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from shoal.broker.share.share_partition import (
-    ACCEPT,
-    ACKNOWLEDGED,
-    ACQUIRED,
-    ARCHIVED,
-    AVAILABLE,
-    GAP,
-    REJECT,
-    RELEASE,
-    RENEW,
-    AcquiredRange,
-)
+from shoal.broker.share.share_partition import AcquiredRange
+from shoal.protocol.constants import ACCEPT, ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, GAP, REJECT, RELEASE, RENEW
 
 # check() asserts the invariants: let pytest rewrite its asserts (as it did when it lived in the test module).
 pytest.register_assert_rewrite("tests.support.share_partition")

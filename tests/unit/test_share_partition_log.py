@@ -13,18 +13,8 @@ import tracemalloc
 
 import pytest
 
-from shoal.broker.share.share_partition import (
-    ACCEPT,
-    ACKNOWLEDGED,
-    ACQUIRED,
-    ARCHIVED,
-    AVAILABLE,
-    REJECT,
-    RELEASE,
-    RENEW,
-    AcquiredRange,
-    SharePartition,
-)
+from shoal.broker.share.share_partition import AcquiredRange, SharePartition
+from shoal.protocol.constants import ACCEPT, ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, REJECT, RELEASE, RENEW
 
 # check() asserts the invariants: let pytest rewrite its asserts (as it did when it lived in the test module).
 pytest.register_assert_rewrite("tests.support.share_partition")

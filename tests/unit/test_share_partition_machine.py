@@ -15,20 +15,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from shoal.broker.share.share_partition import (
-    ACCEPT,
-    ACKNOWLEDGED,
-    ACQUIRED,
-    ARCHIVED,
-    AVAILABLE,
-    GAP,
-    REJECT,
-    RELEASE,
-    RENEW,
-    Change,
-    SharePartition,
-)
+from shoal.broker.share.share_partition import Change, SharePartition
 from shoal.broker.share_coordinator.shard import merge_batches
+from shoal.protocol.constants import ACCEPT, ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE, GAP, REJECT, RELEASE, RENEW
 
 # check() asserts the invariants: let pytest rewrite its asserts (as it did when it lived in the test module).
 pytest.register_assert_rewrite("tests.support.share_partition")

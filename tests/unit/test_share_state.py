@@ -17,14 +17,8 @@ from hypothesis import strategies as st
 
 from shoal.broker.coordinator.shard import Record
 from shoal.broker.log import LogConfig, PartitionLog
-from shoal.broker.share_coordinator.shard import (
-    ACKNOWLEDGED,
-    ARCHIVED,
-    AVAILABLE,
-    Batch,
-    ShareStateShard,
-    merge_batches,
-)
+from shoal.broker.share_coordinator.shard import Batch, ShareStateShard, merge_batches
+from shoal.protocol.constants import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.records import build_batch
@@ -186,7 +180,7 @@ def test_invalid_batches_are_rejected() -> None:
         [(5, 4, AVAILABLE, 1)],  # first > last
         [(0, 4, AVAILABLE, 1), (4, 6, AVAILABLE, 1)],  # overlap
         [(5, 6, AVAILABLE, 1), (0, 1, AVAILABLE, 1)],  # unsorted
-        [(0, 1, 1, 1)],  # ACQUIRED is never persisted
+        [(0, 1, ACQUIRED, 1)],  # ACQUIRED is never persisted
         [(0, 1, 3, 1)],
         [(-2, 1, AVAILABLE, 1)],
     ]

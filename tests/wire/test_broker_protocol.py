@@ -17,7 +17,7 @@ from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.frames import encode_request
 from shoal.protocol.record_sets import decode_record_set
-from shoal.protocol.records import build_batch, update_crc
+from shoal.protocol.records import RECORDS_COUNT_POS, build_batch, update_crc
 from tests.support.brokers import RawClient
 from tests.support.wire import create
 
@@ -215,7 +215,7 @@ def test_produce_errors_leave_log_untouched(client, topic_name) -> None:
     assert produce(client, topic_name, big).error_code == ErrorCode.MESSAGE_TOO_LARGE
     assert produce(client, topic_name, b"\x00" * 30).error_code == ErrorCode.CORRUPT_MESSAGE
     lying = bytearray(build_batch([(None, b"x", [], now_ms())]))
-    struct.pack_into(">i", lying, 57, 5)  # records count 5, last offset delta 0
+    struct.pack_into(">i", lying, RECORDS_COUNT_POS, 5)  # records count 5, last offset delta 0
     update_crc(lying)
     assert produce(client, topic_name, bytes(lying)).error_code == ErrorCode.CORRUPT_MESSAGE
     future = build_batch([(None, b"late", [], now_ms() + 10 * 3600 * 1000)])

@@ -5,7 +5,8 @@ tests/unit/test_share_coordinator_replay.py."""
 
 from __future__ import annotations
 
-from shoal.broker.share_coordinator.shard import ACKNOWLEDGED, ARCHIVED, AVAILABLE, ShareStateShard
+from shoal.broker.share_coordinator.shard import ShareStateShard
+from shoal.protocol.constants import ACKNOWLEDGED, ARCHIVED, AVAILABLE
 from shoal.protocol.errors import ErrorCode
 from shoal.testing import EmbeddedBroker
 from tests.support.share_state import GROUPS, dump

@@ -25,6 +25,7 @@ from shoal.broker.log import LogConfig, OffsetOutOfRange, PartitionLog
 from shoal.broker.share_coordinator.service import TOPIC, ShareCoordinator, coordinator_key, kafka_uuid, state_partition
 from shoal.broker.share_coordinator.shard import ShareStateShard
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.records import build_batch
@@ -39,7 +40,6 @@ SUMMARY = api_by_name("ReadShareGroupStateSummary").request_class()
 CT = api_by_name("CreateTopics").request_class()
 LO = api_by_name("ListOffsets").request_class()
 
-AVAILABLE, ACKNOWLEDGED, ARCHIVED = 0, 2, 4
 Batch = tuple[int, int, int, int]
 
 
@@ -371,7 +371,7 @@ def test_fencing_refuses_and_leaves_state_unchanged(client) -> None:
         [(0, 5, ACKNOWLEDGED, 1), (5, 9, ACKNOWLEDGED, 1)],  # overlapping
         [(6, 9, ACKNOWLEDGED, 1), (0, 5, ACKNOWLEDGED, 1)],  # unordered
         [(5, 4, ACKNOWLEDGED, 1)],  # first > last
-        [(0, 5, 1, 1)],  # ACQUIRED is never persisted
+        [(0, 5, ACQUIRED, 1)],  # ACQUIRED is never persisted
         [(-3, 5, ACKNOWLEDGED, 1)],
         [(0, 5, ACKNOWLEDGED, -1)],
     ],

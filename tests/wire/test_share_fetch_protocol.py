@@ -13,24 +13,12 @@ import confluent_kafka
 import pytest
 
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import ACCEPT, REJECT, RELEASE, RENEW, ShareAcquireMode
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.records import iter_batches
 from tests.support.brokers import RawClient
 from tests.support.share_clients import produce
-from tests.support.share_wire import (
-    ACCEPT,
-    FAST,
-    REJECT,
-    RELEASE,
-    RENEW,
-    SF,
-    acknowledge,
-    acquired,
-    batch,
-    fetch,
-    part,
-    ready_topic,
-)
+from tests.support.share_wire import FAST, SF, acknowledge, acquired, batch, fetch, part, ready_topic
 from tests.support.wire import create
 
 
@@ -72,9 +60,13 @@ def test_session_errors(broker) -> None:
 def test_bad_acknowledgements_change_nothing(broker) -> None:
     tid = ready_topic(broker, "sf-bad", "g-bad", 10)
     with RawClient(broker.port) as a, RawClient(broker.port) as b:
-        r = fetch(a, "g-bad", "ma", 0, [(tid, 0)], max_records=5, version=2, share_acquire_mode=1)
+        r = fetch(
+            a, "g-bad", "ma", 0, [(tid, 0)], max_records=5, version=2, share_acquire_mode=ShareAcquireMode.RECORD_LIMIT
+        )
         assert acquired(r) == [(0, 4, 1)]
-        rb = fetch(b, "g-bad", "mb", 0, [(tid, 0)], max_records=5, version=2, share_acquire_mode=1)
+        rb = fetch(
+            b, "g-bad", "mb", 0, [(tid, 0)], max_records=5, version=2, share_acquire_mode=ShareAcquireMode.RECORD_LIMIT
+        )
         assert acquired(rb) == [(5, 9, 1)]
         cases = [
             ([batch(5, 6, ACCEPT)], ErrorCode.INVALID_RECORD_STATE),  # held by another member
@@ -242,14 +234,14 @@ def test_one_fetch_returns_max_records_across_reads(broker) -> None:
     produce_kib(broker.bootstrap, "sf-many", 30_000)
     with RawClient(broker.port, timeout=30) as c:
         r = fetch(c, "g-many", "m", 0, [(tid, 0)], max_records=20_000, max_bytes=100 * MIB,
-                  version=2, share_acquire_mode=1)  # fmt: skip
+                  version=2, share_acquire_mode=ShareAcquireMode.RECORD_LIMIT)  # fmt: skip
         ((ranges, held, size),) = by_partition(r).values()
         assert ranges[0][0] == 0 and count(ranges) == 10_000 == held, ranges  # the cap, not 1 MiB
         assert size > 10_000 * 1024
         # acknowledging frees the cap: the next answer carries the next 10,000
         acks = {(tid, 0): [batch(f, last, ACCEPT) for f, last, _ in ranges]}
         r = fetch(c, "g-many", "m", 1, acks=acks, max_records=20_000, max_bytes=100 * MIB,
-                  version=2, share_acquire_mode=1)  # fmt: skip
+                  version=2, share_acquire_mode=ShareAcquireMode.RECORD_LIMIT)  # fmt: skip
         ((ranges, held, _),) = by_partition(r).values()
         assert ranges[0][0] == 10_000 and count(ranges) == 10_000 == held
 
@@ -257,7 +249,7 @@ def test_one_fetch_returns_max_records_across_reads(broker) -> None:
     produce_kib(broker.bootstrap, "sf-many2", 15_000, partitions=2)
     with RawClient(broker.port, timeout=30) as c:
         r = fetch(c, "g-many2", "m", 0, [(tid, 0), (tid, 1)], max_records=20_000, max_bytes=100 * MIB,
-                  version=2, share_acquire_mode=1)  # fmt: skip
+                  version=2, share_acquire_mode=ShareAcquireMode.RECORD_LIMIT)  # fmt: skip
         got = by_partition(r)
         assert {p: count(v[0]) for p, v in got.items()} == {0: 10_000, 1: 10_000}
         assert all(v[1] == 10_000 for v in got.values())

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import AlterConfigOpType, ConfigResourceType
 from shoal.protocol.errors import ErrorCode
 from tests.support.brokers import RawClient
 from tests.support.wire import create, describe, hb
@@ -422,11 +423,15 @@ def test_group_config_sets_heartbeat_interval_and_session(share_broker) -> None:
             1,
             resources=[
                 IAC.AlterConfigsResource(
-                    resource_type=32,
+                    resource_type=ConfigResourceType.GROUP,
                     resource_name="cfg-g",
                     configs=[
-                        IAC.AlterableConfig(name="share.heartbeat.interval.ms", config_operation=0, value="250"),
-                        IAC.AlterableConfig(name="share.session.timeout.ms", config_operation=0, value="4000"),
+                        IAC.AlterableConfig(
+                            name="share.heartbeat.interval.ms", config_operation=AlterConfigOpType.SET, value="250"
+                        ),
+                        IAC.AlterableConfig(
+                            name="share.session.timeout.ms", config_operation=AlterConfigOpType.SET, value="4000"
+                        ),
                     ],
                 )
             ],

@@ -15,13 +15,13 @@ import time
 import pytest
 
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import ACCEPT, RELEASE, ShareAcquireMode
 from shoal.protocol.record_slice import RecordIndex
 from shoal.protocol.records import build_batch, iter_batches
 from tests.support.brokers import RawClient
 from tests.support.clients import _produce_topic
-from tests.support.share_wire import ACCEPT, FAST, RELEASE, acknowledge, acquired, batch, fetch, part, ready_topic
+from tests.support.share_wire import FAST, acknowledge, acquired, batch, fetch, part, ready_topic
 
-RECORD_LIMIT = 1
 CONFIG = tuple(c for c in FAST if not c.startswith("group.share.max.share.sessions"))  # 16 members
 
 
@@ -65,7 +65,7 @@ def test_record_limit_hands_out_max_records_cut_from_a_large_batch(broker, compr
         for _ in range(6):
             for k, c in enumerate(clients):
                 r = fetch(c, group, f"m{k}", epochs[k], [(tid, 0)], max_records=5, version=2,
-                          share_acquire_mode=RECORD_LIMIT)  # fmt: skip
+                          share_acquire_mode=ShareAcquireMode.RECORD_LIMIT)  # fmt: skip
                 epochs[k] += 1
                 p = part(r)
                 assert p.error_code == 0
@@ -90,7 +90,9 @@ def test_batch_optimized_still_sends_whole_batches(broker) -> None:
     tid = ready_topic(broker, topic, group, 0)
     produce_batch(broker.port, topic, [b"x%05d" % i for i in range(20_000)])
     with RawClient(broker.port) as c:
-        r = fetch(c, group, "m", 0, [(tid, 0)], max_records=5, version=2, share_acquire_mode=0)
+        r = fetch(
+            c, group, "m", 0, [(tid, 0)], max_records=5, version=2, share_acquire_mode=ShareAcquireMode.BATCH_OPTIMIZED
+        )
     assert acquired(r) == [(0, 19_999, 1)]  # Kafka's batch_optimized: the whole batch
     ((h, _),) = list(iter_batches(part(r).records))
     assert h.records_count == 20_000
@@ -159,7 +161,16 @@ def test_acknowledgements_of_many_members_at_once_are_all_durable(broker) -> Non
     try:
         got = []
         for k, c in enumerate(conns):
-            r = fetch(c, group, f"m{k}", 0, [(tid, 0)], max_records=5, version=2, share_acquire_mode=RECORD_LIMIT)
+            r = fetch(
+                c,
+                group,
+                f"m{k}",
+                0,
+                [(tid, 0)],
+                max_records=5,
+                version=2,
+                share_acquire_mode=ShareAcquireMode.RECORD_LIMIT,
+            )
             ((first, last, _),) = acquired(r)
             got.append((first, last))
         assert sorted(got) == [(i, i + 4) for i in range(0, 80, 5)]

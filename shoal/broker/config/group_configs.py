@@ -45,18 +45,17 @@ from shoal.broker.config.settings import (
     validate_group_configs,
 )
 from shoal.broker.errors import ErrorAnswer
+from shoal.protocol.constants import AlterConfigOpType
 from shoal.protocol.errors import ErrorCode
 
-__all__ = ["FILE_NAME", "OP_APPEND", "OP_DELETE", "OP_SET", "OP_SUBTRACT", "GroupConfigs"]
+__all__ = ["FILE_NAME", "GroupConfigs"]
 
 log = logging.getLogger("shoal.group_configs")
 
 FILE_NAME: Final = "group-configs.json"
 _FORMAT_VERSION: Final = 1
 
-# IncrementalAlterConfigs' ConfigOperation codes.
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-_OP_NAMES: Final = {OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
+_OP_NAMES: Final = {AlterConfigOpType.APPEND: "APPEND", AlterConfigOpType.SUBTRACT: "SUBTRACT"}
 
 Listener = Callable[[str], None]
 
@@ -259,9 +258,9 @@ def _apply_ops(current: Mapping[str, str], ops: Iterable[Any]) -> dict[str, str 
     new: dict[str, str | None] = dict(current)
     for op in ops:
         code = op.config_operation
-        if code == OP_SET:
+        if code == AlterConfigOpType.SET:
             new[op.name] = op.value
-        elif code == OP_DELETE:
+        elif code == AlterConfigOpType.DELETE:
             new.pop(op.name, None)
         elif code in _OP_NAMES:  # (Kafka's controller answers the same: no group config is a LIST)
             raise ErrorAnswer(

@@ -31,6 +31,8 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, Final
 
+from shoal.protocol.constants import ConfigType
+
 __all__ = [  # noqa: RUF022 (grouped by kind, not sorted)
     "ConfigDef",
     "ConfigKey",
@@ -84,18 +86,6 @@ def _rebuild_error(key: str, reason: str, message: str) -> ConfigError:
     err = ConfigError(key, reason)
     err.args = (message,)
     return err
-
-
-class ConfigType(enum.Enum):
-    """Value types; the numbers are the ConfigType ids DescribeConfigs uses."""
-
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
 
 
 class Importance(enum.Enum):

@@ -52,6 +52,7 @@ from shoal.broker.config.keys import (
     synonym_chain,
 )
 from shoal.broker.config.topic_keys import TOPIC_CONFIGS
+from shoal.protocol.constants import ConfigSource as KafkaConfigSource
 
 __all__ = [  # noqa: RUF022 (grouped by kind, not sorted)
     "BROKER_CONFIGS",
@@ -238,13 +239,12 @@ class ConfigSource(enum.Enum):
         return _KAFKA_SOURCE_IDS[self]
 
 
-# TOPIC_CONFIG=1, STATIC_BROKER_CONFIG=4, DEFAULT_CONFIG=5, GROUP_CONFIG=8.
 _KAFKA_SOURCE_IDS: Final = {
-    ConfigSource.DEFAULT: 5,
-    ConfigSource.FILE: 4,
-    ConfigSource.OVERRIDE: 4,
-    ConfigSource.TOPIC: 1,
-    ConfigSource.GROUP: 8,
+    ConfigSource.DEFAULT: KafkaConfigSource.DEFAULT_CONFIG,
+    ConfigSource.FILE: KafkaConfigSource.STATIC_BROKER_CONFIG,
+    ConfigSource.OVERRIDE: KafkaConfigSource.STATIC_BROKER_CONFIG,
+    ConfigSource.TOPIC: KafkaConfigSource.DYNAMIC_TOPIC_CONFIG,
+    ConfigSource.GROUP: KafkaConfigSource.GROUP_CONFIG,
 }
 
 

@@ -41,13 +41,9 @@ from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.topics import validate_topic_name
 from shoal.protocol import messages
+from shoal.protocol.constants import AlterConfigOpType, ConfigResourceType
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.messages import ZERO_UUID
-
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-RESOURCE_GROUP = 32
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
 def _check_replication(broker: Broker, replication_factor: int, assignments: list | None) -> None:
@@ -261,20 +257,20 @@ def handle_describe_configs(broker: Broker, ctx: RequestContext, req: messages.D
         results.append(r)
         # Kafka describes every config when the key list is null or empty.
         names = res.configuration_keys or None
-        if res.resource_type == RESOURCE_TOPIC:
+        if res.resource_type == ConfigResourceType.TOPIC:
             topic = broker.topics.get(res.resource_name)
             if topic is None:
                 r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 r.error_message = f"Topic {res.resource_name} does not exist."
                 continue
             entries = describe_topic_configs(topic.configs, broker.config, names)
-        elif res.resource_type == RESOURCE_BROKER:
+        elif res.resource_type == ConfigResourceType.BROKER:
             if res.resource_name not in ("", str(broker.node_id)):
                 r.error_code = ErrorCode.INVALID_REQUEST
                 r.error_message = f"Unexpected broker id, expected {broker.node_id}."
                 continue
             entries = broker.config.describe(names)
-        elif res.resource_type == RESOURCE_GROUP and broker.group_configs is not None:
+        elif res.resource_type == ConfigResourceType.GROUP and broker.group_configs is not None:
             try:
                 entries = broker.group_configs.describe(res.resource_name, names)
             except ErrorAnswer as e:
@@ -309,7 +305,7 @@ def _preprocess(res: Any) -> None:
     names = [c.name for c in res.configs]
     if len(set(names)) != len(names):
         raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
-    nulls = [c.name for c in res.configs if c.config_operation != OP_DELETE and c.value is None]
+    nulls = [c.name for c in res.configs if c.config_operation != AlterConfigOpType.DELETE and c.value is None]
     if nulls:
         raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
 
@@ -327,14 +323,14 @@ def apply_alter_ops(current: dict[str, str], ops: Any, defs: ConfigDef) -> dict[
     new = dict(current)
     for op in ops:
         code = op.config_operation
-        if code == OP_SET:
+        if code == AlterConfigOpType.SET:
             new[op.name] = op.value
-        elif code == OP_DELETE:
+        elif code == AlterConfigOpType.DELETE:
             new.pop(op.name, None)
-        elif code in (OP_APPEND, OP_SUBTRACT):
+        elif code in (AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT):
             key = defs.keys.get(op.name)
             if key is None or key.type is not ConfigType.LIST:
-                verb = "APPEND" if code == OP_APPEND else "SUBTRACT"
+                verb = "APPEND" if code == AlterConfigOpType.APPEND else "SUBTRACT"
                 raise ErrorAnswer(
                     ErrorCode.INVALID_CONFIG, f"Can't {verb} to key {op.name} because its type is not LIST."
                 )
@@ -343,7 +339,7 @@ def apply_alter_ops(current: dict[str, str], ops: Any, defs: ConfigDef) -> dict[
                 start = render_value(key.default) or ""  # no default: start from nothing
             items = [x for x in start.split(",") if x]
             values = [x for x in op.value.split(",") if x]
-            if code == OP_APPEND:
+            if code == AlterConfigOpType.APPEND:
                 items += [v for v in dict.fromkeys(values) if v not in items]
             else:
                 items = [x for x in items if x not in values]
@@ -370,7 +366,7 @@ def handle_incremental_alter_configs(
             if seen[res.resource_type, res.resource_name] > 1:
                 raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
             _preprocess(res)
-            if res.resource_type == RESOURCE_TOPIC:
+            if res.resource_type == ConfigResourceType.TOPIC:
                 topic = broker.topics.get(res.resource_name)
                 if topic is None:
                     raise ErrorAnswer(
@@ -383,9 +379,9 @@ def handle_incremental_alter_configs(
                     raise ErrorAnswer(ErrorCode.INVALID_CONFIG, str(e)) from None
                 if not req.validate_only:
                     broker.topics.set_configs(topic.name, {k: v for k, v in new.items() if typed.get(k) is not None})
-            elif res.resource_type == RESOURCE_GROUP and broker.group_configs is not None:
+            elif res.resource_type == ConfigResourceType.GROUP and broker.group_configs is not None:
                 broker.group_configs.alter(res.resource_name, res.configs, req.validate_only)
-            elif res.resource_type == RESOURCE_BROKER:
+            elif res.resource_type == ConfigResourceType.BROKER:
                 raise ErrorAnswer(ErrorCode.INVALID_CONFIG, "Shoal broker configs are static (set at start)")
             else:
                 raise ErrorAnswer(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {res.resource_type}.")

@@ -30,10 +30,10 @@ from shoal.broker.partition.fetch_session import PartitionKey, PartitionRequest,
 from shoal.broker.partition.partition import LEADER_EPOCH, fetch_key
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol import messages
+from shoal.protocol.constants import IsolationLevel
 from shoal.protocol.errors import ErrorCode
 
 ZERO_UUID = uuid.UUID(int=0)
-READ_COMMITTED = 1
 
 
 @dataclass(slots=True)
@@ -55,7 +55,7 @@ class FetchOperation:
         self.version = version
         self.context = context
         self.uses_ids = version >= 13
-        self.read_committed = req.isolation_level == READ_COMMITTED
+        self.read_committed = req.isolation_level == IsolationLevel.READ_COMMITTED
         # [(key, PartitionRequest)]; for an incremental fetch, the whole session
         self.partitions: list[tuple[tuple[Any, int], PartitionRequest]] = context.partitions()
 

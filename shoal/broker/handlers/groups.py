@@ -19,9 +19,8 @@ from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
 from shoal.broker.net.contract import RequestContext
 from shoal.protocol import messages
+from shoal.protocol.constants import CoordinatorType
 from shoal.protocol.errors import ErrorCode
-
-KEY_GROUP, KEY_TRANSACTION, KEY_SHARE = 0, 1, 2
 
 
 def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: messages.FindCoordinatorRequest) -> Any:
@@ -30,14 +29,14 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: messages.F
     results = []
     for key in keys:
         c = cls.Coordinator(key=key, error_message=None)
-        if req.key_type == KEY_GROUP and key and _offline(broker.groups.runtime, key):
+        if req.key_type == CoordinatorType.GROUP and key and _offline(broker.groups.runtime, key):
             c.error_code, c.node_id, c.port, c.host = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ""
-        elif req.key_type == KEY_GROUP and key:
+        elif req.key_type == CoordinatorType.GROUP and key:
             c.node_id, c.host, c.port = broker.node_id, broker.host, broker.port
-        elif req.key_type == KEY_GROUP:
+        elif req.key_type == CoordinatorType.GROUP:
             c.error_code, c.node_id, c.port, c.host = ErrorCode.INVALID_REQUEST, -1, -1, ""
             c.error_message = "empty group id"
-        elif req.key_type == KEY_SHARE and broker.share_coordinator is not None:
+        elif req.key_type == CoordinatorType.SHARE and broker.share_coordinator is not None:
             if _valid_share_key(key) and _offline(broker.share_coordinator.runtime, key):
                 c.error_code, c.node_id, c.port, c.host = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ""
             elif _valid_share_key(key):

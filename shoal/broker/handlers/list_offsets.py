@@ -14,19 +14,13 @@ from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.partition import LEADER_EPOCH
 from shoal.protocol import messages
+from shoal.protocol.constants import IsolationLevel, ListOffsetsTimestamp
 from shoal.protocol.errors import ErrorCode
-
-LATEST = -1
-EARLIEST = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL = -4
-LATEST_TIERED = -5
-EARLIEST_PENDING_UPLOAD = -6
 
 
 def handle_list_offsets(broker: Broker, ctx: RequestContext, req: messages.ListOffsetsRequest) -> Any:
     cls = messages.ListOffsetsResponse
-    read_committed = req.isolation_level == 1
+    read_committed = req.isolation_level == IsolationLevel.READ_COMMITTED
     topics = []
     for t in req.topics:
         tr = cls.ListOffsetsTopicResponse(name=t.name)
@@ -56,13 +50,13 @@ def handle_list_offsets(broker: Broker, ctx: RequestContext, req: messages.ListO
 
 def _lookup(partition: Any, ts: int, read_committed: bool, pr: Any) -> None:
     pr.leader_epoch = LEADER_EPOCH
-    if ts == LATEST:
+    if ts == ListOffsetsTimestamp.LATEST:
         pr.offset = partition.last_stable_offset if read_committed else partition.high_watermark
-    elif ts in (EARLIEST, EARLIEST_LOCAL):
+    elif ts in (ListOffsetsTimestamp.EARLIEST, ListOffsetsTimestamp.EARLIEST_LOCAL):
         pr.offset = partition.log_start_offset
-    elif ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+    elif ts in (ListOffsetsTimestamp.LATEST_TIERED, ListOffsetsTimestamp.EARLIEST_PENDING_UPLOAD):
         pr.offset = -1  # no tiered storage: nothing was ever uploaded
-    elif ts == MAX_TIMESTAMP:
+    elif ts == ListOffsetsTimestamp.MAX_TIMESTAMP:
         found = partition.max_timestamp_offset()
         if found is not None:
             pr.offset, pr.timestamp = found

@@ -37,10 +37,8 @@ from shoal.broker.share.partition_manager import Entry
 from shoal.broker.share.session import ContextKind, SessionError
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol import messages
+from shoal.protocol.constants import RENEW, ShareAcquireMode
 from shoal.protocol.errors import ErrorCode
-
-RENEW = 4
-BATCH_OPTIMIZED, RECORD_LIMIT = 0, 1
 
 PKey = tuple[uuid.UUID, int]
 
@@ -94,7 +92,7 @@ class ShareFetchOperation:
         self.session = broker.share_partitions.sessions.get(gid, member)
         self.max_records = req.max_records
         self.max_bytes = req.max_bytes
-        self.batch_optimized = version < 2 or req.share_acquire_mode != RECORD_LIMIT
+        self.batch_optimized = version < 2 or req.share_acquire_mode != ShareAcquireMode.RECORD_LIMIT
         self.batch_size = req.batch_size if req.batch_size > 0 else None
         self.entries: dict[PKey, Entry] = {}
         self.errors: dict[PKey, tuple[int, str | None]] = {}

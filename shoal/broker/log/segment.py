@@ -19,9 +19,10 @@ Why it is shaped this way:
   (``protocol.records.iter_batches`` / ``BatchHeader``) over large chunks.  The
   read path, however, only ever needs a few header fields of batches that may
   be megabytes long, and ``BatchHeader.read`` insists on the whole batch being
-  in the buffer.  ``_PEEK`` therefore decodes just base offset, length, magic,
-  last offset delta and max timestamp out of a header-sized window; it checks
-  nothing beyond sanity and is never used to accept data into the log.
+  in the buffer.  ``_PEEK`` (a ``header_struct``, cut from the codec's one
+  statement of the header layout) therefore decodes just base offset, length,
+  magic, last offset delta and max timestamp out of a header-sized window; it
+  checks nothing beyond sanity and is never used to accept data into the log.
 * A segment never decides *when* to roll or what to delete: that is
   ``PartitionLog``'s job.  That keeps segments replaceable: the cleaner
   (``broker.log.cleaner``) writes a compacted segment under a temporary file
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -40,7 +40,15 @@ from typing import ClassVar, NamedTuple
 from shoal.broker.log.index import INT32_MAX, IndexCorrupt, OffsetIndex, TimeIndex
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
-from shoal.protocol.records import BATCH_HEADER_SIZE, BatchHeader, Record, iter_batches
+from shoal.protocol.records import (
+    BATCH_HEADER_SIZE,
+    CURRENT_MAGIC,
+    LOG_OVERHEAD,
+    BatchHeader,
+    Record,
+    header_struct,
+    iter_batches,
+)
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -69,12 +77,9 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 _NAME_DIGITS = 20
 
-LOG_OVERHEAD = 12  # baseOffset + batchLength, outside what batchLength counts
 _MIN_BATCH_SIZE = BATCH_HEADER_SIZE
-# baseOffset, batchLength, [leader epoch], magic, [crc, attributes],
-# lastOffsetDelta, [baseTimestamp], maxTimestamp
-_PEEK = struct.Struct(">qi4xb6xi8xq")
-_LENGTH = struct.Struct(">i")
+_PEEK = header_struct("base_offset", "batch_length", "magic", "last_offset_delta", "max_timestamp")
+_LENGTH = header_struct("batch_length")
 _HEADER_WINDOW = 16 * 1024
 DEFAULT_CHUNK_BYTES = 1 << 20
 
@@ -251,7 +256,7 @@ class FileBatchReader:
             if len(buf) < LOG_OVERHEAD:
                 self.error = f"torn batch: {left} trailing bytes"
                 return
-            need = LOG_OVERHEAD + _LENGTH.unpack_from(buf, 8)[0]
+            need = LOG_OVERHEAD + _LENGTH.unpack_from(buf)[0]
             if need > left:
                 self.error = f"torn batch: {need} bytes declared, {left} left in the file"
                 return
@@ -648,7 +653,7 @@ class LogSegment:
                     raise CorruptLog(f"{self.path()}: torn batch header at {pos}")
             base, length, magic, delta, max_ts = _PEEK.unpack_from(window, off)
             size = length + LOG_OVERHEAD
-            if magic != 2 or size < _MIN_BATCH_SIZE or pos + size > end or delta < 0:
+            if magic != CURRENT_MAGIC or size < _MIN_BATCH_SIZE or pos + size > end or delta < 0:
                 raise CorruptLog(f"{self.path()}: bad batch header at {pos} (magic {magic}, size {size})")
             yield BatchPeek(pos, base, size, base + delta, max_ts)
             pos += size

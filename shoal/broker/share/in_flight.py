@@ -27,11 +27,9 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-# Record states (Kafka's RecordState ids; ACQUIRED is never persisted).
-AVAILABLE = 0
-ACQUIRED = 1
-ACKNOWLEDGED = 2
-ARCHIVED = 4
+from shoal.protocol.constants import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE
+
+# Record states are Kafka's RecordState ids (ACQUIRED is never persisted).
 TERMINAL = frozenset({ACKNOWLEDGED, ARCHIVED})
 STATE_NAMES = {AVAILABLE: "AVAILABLE", ACQUIRED: "ACQUIRED", ACKNOWLEDGED: "ACKNOWLEDGED", ARCHIVED: "ARCHIVED"}
 

@@ -66,6 +66,7 @@ from shoal.broker.share.share_metrics import count_acknowledged, count_expired
 from shoal.broker.share.share_partition import SharePartition
 from shoal.broker.share_coordinator.shard import merge_batches
 from shoal.broker.timing.wheel import TimerTask
+from shoal.protocol.constants import ARCHIVED
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.record_slice import RecordIndex
@@ -84,7 +85,6 @@ SLICE_MIN_BYTES = 64 << 10
 SLICE_MIN_RECORDS = 128
 SLICE_CACHE = 4  # record indexes kept per share partition
 DEAD_LETTER_READ = 16 << 20  # log bytes read back to copy archived records
-ARCHIVED_STATE = 4
 PartitionKey = tuple[str, uuid.UUID, int]
 
 
@@ -446,7 +446,7 @@ class SharePartitionManager:
         archived = [
             Archived(first, last, count, Reason.DELIVERY_LIMIT if count >= limit else Reason.REJECTED)
             for first, last, state, count in batches
-            if state == ARCHIVED_STATE
+            if state == ARCHIVED
         ]
         if not archived:
             return

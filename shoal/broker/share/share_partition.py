@@ -85,37 +85,27 @@ from typing import Any
 from sortedcontainers import SortedDict
 
 from shoal.broker.share.fetched import deliverable_segments
-from shoal.broker.share.in_flight import (
+from shoal.broker.share.in_flight import NO_DEADLINE, InFlightBatch
+from shoal.protocol.constants import (
+    ACCEPT,
     ACKNOWLEDGED,
     ACQUIRED,
     ARCHIVED,
     AVAILABLE,
-    NO_DEADLINE,
-    InFlightBatch,
+    GAP,
+    REJECT,
+    RELEASE,
+    RENEW,
 )
 from shoal.protocol.errors import ErrorCode
 
 __all__ = [
-    "ACCEPT",
-    "ACKNOWLEDGED",
-    "ACQUIRED",
-    "ARCHIVED",
-    "AVAILABLE",
-    "GAP",
-    "REJECT",
-    "RELEASE",
-    "RENEW",
     "AcquiredRange",
     "Change",
     "SharePartition",
 ]
 
-# Acknowledge types (ShareFetch / ShareAcknowledge AcknowledgeTypes).
-GAP = 0
-ACCEPT = 1
-RELEASE = 2
-REJECT = 3
-RENEW = 4
+# What each acknowledge type (ShareFetch / ShareAcknowledge AcknowledgeTypes) moves a record to.
 _ACK_STATE = {GAP: ARCHIVED, ACCEPT: ACKNOWLEDGED, RELEASE: AVAILABLE, REJECT: ARCHIVED}
 
 # (first_offset, last_offset, delivery_state, delivery_count), as the share coordinator stores it.

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.broker.coordinator.shard import Record
+from shoal.protocol.constants import ACKNOWLEDGED, ARCHIVED, AVAILABLE
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 from shoal.protocol.errors import ErrorCode
 
@@ -71,10 +72,7 @@ ShareUpdateValue = _SERDE.value_class("ShareUpdate")
 SNAPSHOT = "ShareSnapshot"
 UPDATE = "ShareUpdate"
 
-# Persisted delivery states (ACQUIRED, 1, is never persisted).
-AVAILABLE = 0
-ACKNOWLEDGED = 2
-ARCHIVED = 4
+# Persisted delivery states (ACQUIRED is never persisted).
 VALID_DELIVERY_STATES = frozenset({AVAILABLE, ACKNOWLEDGED, ARCHIVED})
 
 UNINITIALIZED_START_OFFSET = -1

@@ -69,6 +69,7 @@ from shoal.client.core.client_core import Backoff, ClientCore
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.config import build_config
 from shoal.client.core.errors import BrokerResponseError, KafkaConnectionError, KafkaTimeoutError
+from shoal.protocol.constants import IsolationLevel
 from shoal.protocol.errors import ErrorCode
 
 __all__ = [
@@ -88,7 +89,7 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 _GRACE_S = 0.5  # the hard cap sits this far past the deadline the call's own retries aim for
 
-_ISOLATION = {"read_uncommitted": 0, "read_committed": 1}
+_ISOLATION = {"read_uncommitted": IsolationLevel.READ_UNCOMMITTED, "read_committed": IsolationLevel.READ_COMMITTED}
 
 
 def first_error(results: Mapping[Any, Any]) -> BrokerResponseError | None:

@@ -10,11 +10,17 @@ Kafka's documentation maps onto them; numeric codes are Kafka's wire values.
 
 from __future__ import annotations
 
-import enum
 import uuid
 from dataclasses import dataclass, field
 
 from shoal.client.core.cluster import BrokerInfo, TopicPartition
+from shoal.protocol.constants import (
+    AlterConfigOpType,
+    ConfigResourceType,
+    ConfigSource,
+    ConfigType,
+    ListOffsetsTimestamp,
+)
 
 __all__ = [
     "AlterConfigOp",
@@ -44,77 +50,10 @@ __all__ = [
 ]
 
 
-class ResourceType(enum.IntEnum):
-    """ConfigResource.Type: the resource kinds DescribeConfigs/IncrementalAlterConfigs know."""
-
-    UNKNOWN = 0
-    TOPIC = 2
-    BROKER = 4
-    BROKER_LOGGER = 8
-    CLIENT_METRICS = 16
-    GROUP = 32
-
-
-class OpType(enum.IntEnum):
-    """IncrementalAlterConfigs operations (AlterConfigOp.OpType)."""
-
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
-
-
-class ConfigSource(enum.IntEnum):
-    """Where a config value comes from (DescribeConfigsResponse ConfigSource)."""
-
-    UNKNOWN = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-    DYNAMIC_BROKER_LOGGER_CONFIG = 6
-    CLIENT_METRICS_CONFIG = 7
-    GROUP_CONFIG = 8
-
-    @classmethod
-    def of(cls, value: int) -> ConfigSource:
-        try:
-            return cls(value)
-        except ValueError:
-            return cls.UNKNOWN
-
-
-class ConfigType(enum.IntEnum):
-    """Type of a config value (DescribeConfigsResponse ConfigType, v3+)."""
-
-    UNKNOWN = 0
-    BOOLEAN = 1
-    STRING = 2
-    INT = 3
-    SHORT = 4
-    LONG = 5
-    DOUBLE = 6
-    LIST = 7
-    CLASS = 8
-    PASSWORD = 9
-
-    @classmethod
-    def of(cls, value: int) -> ConfigType:
-        try:
-            return cls(value)
-        except ValueError:
-            return cls.UNKNOWN
-
-
-class OffsetSpec:
-    """ListOffsets timestamps with a meaning (Kafka's OffsetSpec); any int >= 0 is a timestamp in ms."""
-
-    EARLIEST = -2
-    LATEST = -1
-    MAX_TIMESTAMP = -3
-    EARLIEST_LOCAL = -4
-    LATEST_TIERED = -5
+# Kafka's codes, declared once in the protocol layer; the Admin names them as Java's Admin does.
+ResourceType = ConfigResourceType
+OpType = AlterConfigOpType
+OffsetSpec = ListOffsetsTimestamp
 
 
 @dataclass(frozen=True, slots=True)

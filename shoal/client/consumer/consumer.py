@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from shoal.client.consumer.fetcher import EARLIEST, LATEST, Fetcher, list_offsets
+from shoal.client.consumer.fetcher import Fetcher, list_offsets
 from shoal.client.consumer.group.coordinator import ConsumerRebalanceListener, GroupCoordinator
 from shoal.client.consumer.group.offsets import GroupOffsets, OffsetAndMetadata
 from shoal.client.consumer.subscription_state import SubscriptionState, SubscriptionType
@@ -42,6 +42,7 @@ from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.config import build_config
 from shoal.client.core.errors import ClientClosedError, IllegalStateError, KafkaConnectionError
 from shoal.client.core.records import ConsumerRecord
+from shoal.protocol.constants import IsolationLevel, ListOffsetsTimestamp
 
 __all__ = ["AsyncConsumer", "ConsumerRebalanceListener", "OffsetAndMetadata", "OffsetAndTimestamp"]
 
@@ -221,11 +222,11 @@ class AsyncConsumer:
 
     async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """First offset of each partition (ListOffsets; positions do not change)."""
-        return await self._offsets_at(partitions, EARLIEST)
+        return await self._offsets_at(partitions, ListOffsetsTimestamp.EARLIEST)
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Offset after the last record of each partition (last stable offset with read_committed)."""
-        return await self._offsets_at(partitions, LATEST)
+        return await self._offsets_at(partitions, ListOffsetsTimestamp.LATEST)
 
     async def _offsets_at(self, partitions: Iterable[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         found = await self._list_offsets({TopicPartition(*p): timestamp for p in partitions})
@@ -246,7 +247,7 @@ class AsyncConsumer:
         self._check_open()
         if not timestamps:
             return {}
-        isolation = 1 if self._cfg["isolation.level"] == "read_committed" else 0
+        isolation = IsolationLevel.of_setting(self._cfg["isolation.level"])
         missing = dict(timestamps)
         out: dict[TopicPartition, tuple[int, int]] = {}
 

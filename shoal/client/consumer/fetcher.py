@@ -52,18 +52,17 @@ from shoal.client.core.errors import (
 )
 from shoal.client.core.records import ConsumerRecord, decode_record_set_for
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import IsolationLevel, ListOffsetsTimestamp
 from shoal.protocol.errors import ErrorCode, error_for
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.messages import ZERO_UUID
-from shoal.protocol.records import iter_batches
+from shoal.protocol.records import CURRENT_MAGIC, MAGIC_POS, iter_batches
 
-__all__ = ["EARLIEST", "LATEST", "CompletedFetch", "Fetcher", "list_offsets", "next_fetch_offset"]
+__all__ = ["CompletedFetch", "Fetcher", "list_offsets", "next_fetch_offset"]
 
 log = logging.getLogger("shoal.client.consumer.fetcher")
 
-EARLIEST = -2
-LATEST = -1
-_RESET_TIMESTAMP = {"earliest": EARLIEST, "latest": LATEST}
+_RESET_TIMESTAMP = {"earliest": ListOffsetsTimestamp.EARLIEST, "latest": ListOffsetsTimestamp.LATEST}
 _FETCH = api_by_name("Fetch")
 _LIST_OFFSETS = api_by_name("ListOffsets")
 _PREFETCH_CHUNKS = 2  # chunks a partition may have buffered and still be fetched
@@ -130,7 +129,7 @@ def next_fetch_offset(data: Any, start_offset: int) -> int:
     if not data:
         return start_offset
     view = memoryview(data)
-    if len(view) > 16 and view[16] != 2:  # magic 0/1 message sets: decode to find out
+    if len(view) > MAGIC_POS and view[MAGIC_POS] != CURRENT_MAGIC:  # magic 0/1 message sets: decode to find out
         _, nxt = decode_record_set_for("", 0, view, start_offset=start_offset, check_crcs=False)
         return nxt
     nxt = start_offset
@@ -169,7 +168,7 @@ class Fetcher:
         self._no_offset: set[TopicPartition] = set()
         self._loop_task: asyncio.Task | None = None
         self._closed = False
-        self._isolation = 1 if config["isolation.level"] == "read_committed" else 0
+        self._isolation = IsolationLevel.of_setting(config["isolation.level"])
         self._metadata_task: asyncio.Task | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -581,7 +580,7 @@ class Fetcher:
 
 
 async def list_offsets(
-    core: ClientCore, timestamps: Mapping[TopicPartition, int], isolation_level: int = 0
+    core: ClientCore, timestamps: Mapping[TopicPartition, int], isolation_level: int = IsolationLevel.READ_UNCOMMITTED
 ) -> dict[TopicPartition, tuple[int, int, int]]:
     """(offset, leader epoch, timestamp) by ListOffsets for each partition (timestamp -2
     earliest, -1 latest, else the first offset at or after that time; offset -1 when there

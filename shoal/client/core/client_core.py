@@ -42,9 +42,10 @@ from shoal.client.core.errors import (
     KafkaTimeoutError,
 )
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import CoordinatorType
 from shoal.protocol.errors import ErrorCode
 
-__all__ = ["Backoff", "ClientCore", "CoordinatorType", "is_retriable"]
+__all__ = ["Backoff", "ClientCore", "is_retriable"]
 
 log = logging.getLogger("shoal.client")
 
@@ -63,12 +64,6 @@ _METADATA_STALE = frozenset(
         ErrorCode.KAFKA_STORAGE_ERROR,
     }
 )
-
-
-class CoordinatorType:
-    GROUP = 0
-    TRANSACTION = 1
-    SHARE = 2
 
 
 def is_retriable(exc: BaseException) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.record_sets import decode_record_set
-from shoal.protocol.records import Record, iter_batches
+from shoal.protocol.records import CURRENT_MAGIC, MAGIC_POS, Record, iter_batches
 
 __all__ = ["ConsumerRecord", "RecordBatchView", "decode_record_set_for", "iter_record_batches"]
 
@@ -76,7 +76,7 @@ def iter_record_batches(data: Any, *, check_crcs: bool = True) -> Iterator[Recor
     if not data:
         return
     view = memoryview(data)
-    if len(view) > 16 and view[16] != 2:
+    if len(view) > MAGIC_POS and view[MAGIC_POS] != CURRENT_MAGIC:
         records = decode_record_set(view, verify_crc=check_crcs)
         if records:
             yield RecordBatchView(records[0].offset, records[-1].offset, False, False, -1, -1, records)
@@ -123,7 +123,7 @@ def decode_record_set_for(
     if not data:
         return [], start_offset
     view = memoryview(data)
-    if len(view) > 16 and view[16] != 2:
+    if len(view) > MAGIC_POS and view[MAGIC_POS] != CURRENT_MAGIC:
         return _decode_legacy(topic, partition, view, start_offset, check_crcs, key_deserializer, value_deserializer)
     out: list[ConsumerRecord] = []
     next_offset = start_offset

@@ -53,6 +53,7 @@ from typing import Any
 
 from shoal.client.core.errors import BrokerResponseError, KafkaTimeoutError
 from shoal.protocol.errors import ErrorCode, error_for
+from shoal.protocol.records import BATCH_HEADER_SIZE
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -66,7 +67,7 @@ __all__ = [
     "record_size",
 ]
 
-BATCH_OVERHEAD = 61  # the magic 2 batch header
+BATCH_OVERHEAD = BATCH_HEADER_SIZE  # what a batch costs before its first record
 RECORD_OVERHEAD = 20  # length, attributes, deltas, key/value lengths, header count (varints, generous)
 MAX_IN_FLIGHT_PER_PARTITION = 5  # what the broker remembers for duplicate detection
 _INT32_MAX = 0x7FFFFFFF

@@ -48,28 +48,16 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 from operator import attrgetter, sub
 from typing import Any
 
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.errors import IllegalStateError
 from shoal.client.core.records import ConsumerRecord
+from shoal.protocol.constants import ACCEPT, GAP, RELEASE, RENEW, AcknowledgeType
 
 __all__ = ["AckBatch", "AckTracker", "AcknowledgeType", "PartitionAcks", "ack_batches"]
 
-
-class AcknowledgeType(IntEnum):
-    """Kafka's acknowledgement types, with their wire values."""
-
-    GAP = 0
-    ACCEPT = 1
-    RELEASE = 2
-    REJECT = 3
-    RENEW = 4
-
-
-GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 _OFFSET = attrgetter("offset")
 
 

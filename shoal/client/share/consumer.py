@@ -69,10 +69,11 @@ from shoal.client.core.errors import (
     UnsupportedVersionError,
 )
 from shoal.client.core.records import ConsumerRecord
-from shoal.client.share.acks import AcknowledgeType, AckTracker
+from shoal.client.share.acks import AckTracker
 from shoal.client.share.fetcher import AcknowledgementCommitCallback, ShareFetcher
 from shoal.client.share.membership import MemberState, ShareMembership, new_member_id
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import AcknowledgeType
 from shoal.protocol.errors import ErrorCode
 
 __all__ = ["AcknowledgeType", "AcknowledgementCommitCallback", "AsyncShareConsumer"]

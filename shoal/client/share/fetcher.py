@@ -57,7 +57,7 @@ from shoal.client.core.errors import (
     RecordDeserializationError,
     UnsupportedVersionError,
 )
-from shoal.client.share.acks import AcknowledgeType, AckTracker, PartitionAcks
+from shoal.client.share.acks import AckTracker, PartitionAcks
 from shoal.client.share.session import (
     SESSION_ERRORS,
     AckRequestPlan,
@@ -69,6 +69,7 @@ from shoal.client.share.session import (
     share_acknowledge_body,
     share_fetch_body,
 )
+from shoal.protocol.constants import AcknowledgeType
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
 

@@ -40,6 +40,7 @@ from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.records import ConsumerRecord
 from shoal.client.share.acks import PartitionAcks
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import ShareAcquireMode
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.records import iter_batches
@@ -64,7 +65,6 @@ _SA = api_by_name("ShareAcknowledge").request_class()
 
 FINAL_EPOCH = -1
 _MAX_EPOCH = 2147483647
-RECORD_LIMIT = 1
 
 Key = tuple[uuid.UUID, int]  # (topic id, partition)
 
@@ -273,7 +273,7 @@ def share_fetch_body(
         forgotten_topics_data=[_SF.ForgottenTopic(topic_id=t, partitions=ps) for t, ps in forgotten.items()],
     )
     if version >= 2 and record_limit:
-        body.share_acquire_mode = RECORD_LIMIT
+        body.share_acquire_mode = ShareAcquireMode.RECORD_LIMIT
     return body
 
 

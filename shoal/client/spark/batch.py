@@ -53,9 +53,10 @@ from shoal.client.spark.offsets import (
     split_ranges,
     timestamps_to_look_up,
 )
-from shoal.client.spark.options import EARLIEST, LATEST, SourceOptions
+from shoal.client.spark.options import SourceOptions
 from shoal.client.spark.rows import RowColumns, arrow_schema
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import IsolationLevel, ListOffsetsTimestamp
 from shoal.protocol.errors import ErrorCode
 
 __all__ = ["DataLossError", "RangePartition", "ShoalBatchReader", "list_offsets", "plan_ranges", "read_range"]
@@ -142,9 +143,9 @@ async def plan_ranges(opts: SourceOptions, config: Config) -> list[OffsetRange]:
         partitions = [TopicPartition(t, p) for t in opts.topics for p in core.metadata.partitions_for(t) or ()]
         check_known_partitions(opts.starting, partitions)
         check_known_partitions(opts.ending, partitions)
-        isolation = 1 if config["isolation.level"] == "read_committed" else 0
-        earliest = await list_offsets(core, dict.fromkeys(partitions, EARLIEST), isolation)
-        latest = await list_offsets(core, dict.fromkeys(partitions, LATEST), isolation)
+        isolation = IsolationLevel.of_setting(config["isolation.level"])
+        earliest = await list_offsets(core, dict.fromkeys(partitions, ListOffsetsTimestamp.EARLIEST), isolation)
+        latest = await list_offsets(core, dict.fromkeys(partitions, ListOffsetsTimestamp.LATEST), isolation)
         start_times = timestamps_to_look_up(opts.starting, partitions)
         end_times = timestamps_to_look_up(opts.ending, partitions)
         start_by_time = await list_offsets(core, start_times, isolation) if start_times else None
@@ -243,7 +244,7 @@ async def read_range(core: ClientCore, rng: OffsetRange, *, fail_on_data_loss: b
     cfg = core.config
     F = api_by_name("Fetch").request_class()
     tp = rng.tp
-    isolation = 1 if cfg["isolation.level"] == "read_committed" else 0
+    isolation = IsolationLevel.of_setting(cfg["isolation.level"])
     offset = rng.start
     while offset < rng.end:
 

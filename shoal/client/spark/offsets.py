@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.errors import ConfigError
-from shoal.client.spark.options import EARLIEST, LATEST, OffsetSpec
+from shoal.client.spark.options import OffsetSpec
+from shoal.protocol.constants import ListOffsetsTimestamp
 
 __all__ = ["OffsetRange", "check_known_partitions", "resolve_ranges", "split_ranges", "timestamps_to_look_up"]
 
@@ -108,7 +109,7 @@ def _start(
     if spec.kind == "offsets":
         _require_all(spec, [tp])
         value = spec.per_partition[tp]
-        return lo if value == EARLIEST else hi if value == LATEST else value
+        return lo if value == ListOffsetsTimestamp.EARLIEST else hi if value == ListOffsetsTimestamp.LATEST else value
     assert by_time is not None, "timestamps were not looked up"
     found = by_time[tp]
     if found >= 0:
@@ -127,7 +128,7 @@ def _end(tp: TopicPartition, spec: OffsetSpec, hi: int, by_time: Mapping[TopicPa
     if spec.kind == "offsets":
         _require_all(spec, [tp])
         value = spec.per_partition[tp]
-        return hi if value == LATEST else value
+        return hi if value == ListOffsetsTimestamp.LATEST else value
     if spec.kind == "earliest":
         raise ConfigError(spec.option, "earliest is not allowed as the end of a batch read")
     assert by_time is not None, "timestamps were not looked up"

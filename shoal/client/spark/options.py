@@ -26,6 +26,7 @@ from typing import Any
 
 from shoal.client.core.config import CONSUMER_OPTIONS, SHARE_CONSUMER_OPTIONS, Config, build_config, parse_bootstrap
 from shoal.client.core.errors import ConfigError
+from shoal.protocol.constants import ListOffsetsTimestamp
 
 __all__ = [
     "BATCH_ONLY",
@@ -36,8 +37,6 @@ __all__ = [
     "parse_source_options",
 ]
 
-EARLIEST = -2
-LATEST = -1
 # The stream's share consumer returns renewed records from one poll only if a
 # poll may return everything held; the broker's lock limits bound what it holds.
 STREAM_MAX_POLL_RECORDS = 1_000_000
@@ -113,9 +112,13 @@ class SourceOptions:
                 raise ConfigError(name, "applies to streaming reads (spark.readStream) only")
         starting = self.starting or OffsetSpec("earliest", "startingOffsets")
         ending = self.ending or OffsetSpec("latest", "endingOffsets")
-        if starting.kind == "latest" or (starting.kind == "offsets" and LATEST in starting.per_partition.values()):
+        if starting.kind == "latest" or (
+            starting.kind == "offsets" and ListOffsetsTimestamp.LATEST in starting.per_partition.values()
+        ):
             raise ConfigError(starting.option, "latest (-1) is not allowed as the start of a batch read")
-        if ending.kind == "earliest" or (ending.kind == "offsets" and EARLIEST in ending.per_partition.values()):
+        if ending.kind == "earliest" or (
+            ending.kind == "offsets" and ListOffsetsTimestamp.EARLIEST in ending.per_partition.values()
+        ):
             raise ConfigError(ending.option, "earliest (-2) is not allowed as the end of a batch read")
         self.batch_client_config()
         return replace(self, starting=starting, ending=ending)
@@ -304,7 +307,7 @@ def parse_offset_spec(option: str, text: str) -> OffsetSpec:
                 raise ConfigError(option, f"{topic!r}: partition {partition} is negative")
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(option, f"{topic}-{partition}: {value!r} is not an integer")
-            if value < EARLIEST:
+            if value < ListOffsetsTimestamp.EARLIEST:
                 what = "timestamp" if by_time else "offset (-2 earliest, -1 latest)"
                 raise ConfigError(option, f"{topic}-{partition}: {value} is not a valid {what}")
             per[(topic, partition)] = value

@@ -19,10 +19,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from shoal.client.core.client_core import ClientCore, CoordinatorType
+from shoal.client.core.client_core import ClientCore
 from shoal.client.core.config import Config
 from shoal.client.core.conn import BrokerConnection
 from shoal.client.core.errors import KafkaClientError, KafkaConnectionError, KafkaTimeoutError
+from shoal.protocol.constants import CoordinatorType
 
 __all__ = ["CoordinatorLink"]
 
