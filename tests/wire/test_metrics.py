@@ -15,11 +15,12 @@ import confluent_kafka
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from shoal.protocol.constants import ACCEPT, REJECT, RELEASE
 from shoal.protocol.records import build_batch
 from tests.support.brokers import BrokerProcess, RawClient
 from tests.support.clients import _produce_topic
 from tests.support.share_clients import produce
-from tests.support.share_wire import ACCEPT, FAST, REJECT, RELEASE, acknowledge, acquired, batch, fetch, ready_topic
+from tests.support.share_wire import FAST, acknowledge, acquired, batch, fetch, ready_topic
 from tests.support.wire import create
 
 pytestmark = pytest.mark.wire
