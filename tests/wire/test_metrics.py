@@ -15,6 +15,7 @@ import confluent_kafka
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from shoal.protocol.api import api_by_name
 from shoal.protocol.records import build_batch
 from tests.support.brokers import BrokerProcess, RawClient
 from tests.support.clients import _produce_topic
@@ -132,3 +133,77 @@ def test_health_is_live_and_ready_once_started(broker) -> None:
     status, text = http_get(broker.http_port, "/health/ready")
     assert (status, text.strip()) == (200, "ready")
     assert value(scrape(broker.http_port), "shoal_broker_ready") == 1
+
+
+def scrape_until(port: int, name: str, want: float, timeout: float = 15.0, **labels: str) -> dict:
+    """Scrape until the sample reaches ``want`` (or the time is up); the last scrape."""
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = scrape(port)
+        if value(samples, name, **labels) >= want or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.1)
+
+
+LOCK_TIMEOUTS = "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total"
+
+
+def test_lock_timeouts_are_counted_when_a_lock_expires(broker) -> None:
+    """A member acquires every record and never acknowledges: once the (1 s) lock runs out, the
+    counter moves by exactly the records it held, and they are delivered again."""
+    topic, group = "m-lock", "g-m-lock"
+    tid = ready_topic(broker, topic, group, 12, share_record_lock_duration_ms="1000")
+    labels = {"group": group, "topic": topic}
+    assert value(scrape(broker.http_port), LOCK_TIMEOUTS, **labels) == 0
+    with RawClient(broker.port) as c:
+        r = fetch(c, group, "m1", 0, [(tid, 0)], max_records=100)
+        held = sum(last - first + 1 for first, last, _ in acquired(r))
+        assert held == 12
+        acquired_at = time.monotonic()
+        assert value(scrape(broker.http_port), LOCK_TIMEOUTS, **labels) == 0  # still locked
+        samples = scrape_until(broker.http_port, LOCK_TIMEOUTS, held, **labels)
+        assert time.monotonic() - acquired_at >= 0.9  # not before the lock duration
+        assert value(samples, LOCK_TIMEOUTS, **labels) == held
+        time.sleep(1.5)  # nothing else expires: the records are available, not acquired
+        assert value(scrape(broker.http_port), LOCK_TIMEOUTS, **labels) == held
+        again = fetch(c, group, "m1", 1, [(tid, 0)], max_records=100)
+        assert sorted(acquired(again)) == [(0, 11, 2)]  # second delivery of the same records
+
+
+DSO = api_by_name("DescribeShareGroupOffsets").request_class()
+
+
+def describe_lag(port: int, group: str) -> dict[int, int]:
+    """DescribeShareGroupOffsets' lag of each partition of the group's one topic."""
+    req = [DSO.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]
+    with RawClient(port) as c:
+        d = c.call("DescribeShareGroupOffsets", 1, groups=req).groups[0]
+    assert d.error_code == 0
+    return {p.partition_index: p.lag for t in d.topics for p in t.partitions}
+
+
+def test_share_lag_gauge_equals_describe_share_group_offsets(broker) -> None:
+    topic, group = "m-slag", "g-m-slag"
+    tid = ready_topic(broker, topic, group, 0, partitions=2)
+    produce(broker.bootstrap, topic, 20, partition=0)
+    produce(broker.bootstrap, topic, 10, partition=1)
+    with RawClient(broker.port) as c:
+        r = fetch(c, group, "m1", 0, [(tid, 0), (tid, 1)], max_records=100)
+        assert sum(last - first + 1 for first, last, _ in acquired(r)) == 30
+        # Per partition: accept 0-4, reject 5, release 6 (available again); the rest stays acquired.
+        for epoch, index in enumerate((0, 1), start=1):
+            a = acknowledge(
+                c, group, "m1", epoch, tid, index, batch(0, 4, ACCEPT), batch(5, 5, REJECT), batch(6, 6, RELEASE)
+            )
+            assert a.error_code == 0 and a.responses[0].partitions[0].error_code == 0
+    described = describe_lag(broker.port, group)
+    assert described == {0: 20 - 6, 1: 10 - 6}  # accepted and rejected records are delivered to completion
+    samples = scrape(broker.http_port)
+    for index, lag in described.items():
+        assert value(samples, "kafka_sharegroup_lag", group=group, topic=topic, partition=str(index)) == lag, index
+    # Records produced since move both by the same amount.
+    produce(broker.bootstrap, topic, 5, partition=0)
+    after = describe_lag(broker.port, group)
+    assert after == {0: described[0] + 5, 1: described[1]}
+    samples = scrape(broker.http_port)
+    assert value(samples, "kafka_sharegroup_lag", group=group, topic=topic, partition="0") == after[0]
