@@ -1,6 +1,10 @@
 """Produce/fetch throughput and latency of a Shoal broker, next to raw loopback.
 
-Run: python benchmarks/produce_fetch.py [--quick]
+Run: python benchmarks/produce_fetch.py [--quick] [--metrics on|off|both]
+
+--metrics both measures only what /metrics costs: codec-pump produce (acks=1
+and -1), librdkafka produce of 1 KiB records and codec-pump fetch on a broker
+with metrics on and one with them off, alternating rounds (metrics_overhead.py).
 
 Starts a broker process (temporary data dir, 127.0.0.1, free port) and prints:
   * raw loopback: a uvloop socket pump (client process -> server process,
@@ -40,6 +44,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from metrics_overhead import Scraper, alternate, broker_pair  # noqa: E402
 
 from tests.support.brokers import BrokerProcess  # noqa: E402
 
@@ -555,30 +562,29 @@ def timer_figures() -> tuple[float, float]:
 # -- main -----------------------------------------------------------------------------
 
 
-class _Scraper:
-    """Scrape /metrics once a second on a thread while the benchmark runs (Prometheus' load, faster)."""
+def metrics_overhead(quick: bool, rounds: int) -> None:
+    """--metrics both: the figures most sensitive to per-request and per-record work, on and off."""
+    volume = 64 * MIB if quick else 128 * MIB
 
-    def __init__(self, port: int) -> None:
-        import threading
+    def measure(b: BrokerProcess, r: int) -> dict[str, float]:
+        bs, out, written = b.bootstrap, {}, 0
+        for acks in (1, -1):
+            topic = f"ovh-pump-{acks}-{r}"
+            create_topic(bs, topic)
+            rate, n_bytes = codec_pump_produce(bs, topic, acks, volume)
+            written = written or n_bytes
+            out[f"pump produce acks={acks} MB/s"] = rate / MIB
+        topic = f"ovh-confluent-{r}"
+        create_topic(bs, topic)
+        elapsed, n = produce_confluent(bs, topic, 1024, volume // 4, "1")
+        out["librdkafka produce 1 KiB records/s"] = n / elapsed
+        out["pump fetch 8 MiB MB/s"] = codec_pump_fetch(bs, f"ovh-pump-1-{r}", written, 8 * MIB) / MIB
+        return out
 
-        self.port = port
-        self.scrapes = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        import urllib.request
-
-        while not self._stop.wait(1.0):
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
-                r.read()
-            self.scrapes += 1
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(5)
-        return self.scrapes
+    print(f"/metrics overhead: {rounds} rounds, a broker with metrics on and one with them off, alternating")
+    with tempfile.TemporaryDirectory(prefix="shoal-bench-metrics-") as tmp:
+        with broker_pair(tmp, ["log.segment.bytes=536870912"]) as brokers:
+            alternate(brokers, rounds, measure)
 
 
 def main() -> None:
@@ -586,11 +592,16 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller volumes (for a smoke run)")
     ap.add_argument(
         "--metrics",
-        choices=("on", "off"),
+        choices=("on", "off", "both"),
         default="on",
-        help="on: the operations listener runs and /metrics is scraped every second; off: shoal.http.listeners empty",
+        help="on: the operations listener runs and /metrics is scraped every second; off: shoal.http.listeners "
+        "empty; both: only the overhead figures, on and off in alternating rounds",
     )
+    ap.add_argument("--rounds", type=int, default=0, help="rounds of --metrics both (default 8, 4 with --quick)")
     args = ap.parse_args()
+    if args.metrics == "both":
+        metrics_overhead(args.quick, args.rounds or (4 if args.quick else 8))
+        return
     volume = 64 * MIB if args.quick else 256 * MIB
     small_volume = 16 * MIB if args.quick else 64 * MIB
     seconds = 2.0 if args.quick else 5.0
@@ -604,7 +615,7 @@ def main() -> None:
             overrides.append("shoal.http.listeners=")
         b = BrokerProcess(Path(tmp) / "data", overrides)
         b.start()
-        scraper = _Scraper(b.http_port) if args.metrics == "on" else None
+        scraper = Scraper(b.http_port) if args.metrics == "on" else None
         try:
             bs = b.bootstrap
             # Latency first, on an idle broker: "low load" also means no writeback

@@ -1,6 +1,6 @@
 """Share groups' data path (KIP-932): ShareFetch throughput, latency and memory.
 
-Run: python benchmarks/share_fetch.py [--quick] [--profile FILE]
+Run: python benchmarks/share_fetch.py [--quick] [--profile FILE] [--metrics both]
 
 Starts a broker process (temporary data dir, 127.0.0.1, free port), produces
 1 KiB records with librdkafka (linger 5 ms, 64 KiB batches) and prints:
@@ -48,6 +48,10 @@ produce-to-delivery <= 10 ms at low load; <= 200 bytes per in-flight record.
 instead of about 1.5 min on 2 cores). --profile FILE: after the measured runs,
 run the 4-member case once more on a new group under py-spy (raw collapsed
 stacks to FILE) and print the broker's hottest frames (about 10 s more).
+--metrics both: instead of the above, only what /metrics costs: codec share
+members (1 and 4 on one partition, 16 on 16) acknowledging every record on a
+broker with metrics on and one with them off, alternating rounds
+(metrics_overhead.py).
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 # share_common (settings, admin calls, producer, figures table), share_members (the codec
 # share-group client), share_references (classic Fetch, librdkafka, latency), share_memory
 # (in-flight memory, RSS) and py_spy_profile (--profile).
+from metrics_overhead import alternate, broker_pair  # noqa: E402
 from py_spy_profile import start_profile, stop_profile, summarize_profile  # noqa: E402
 from share_common import (  # noqa: E402
     MAX_RECORDS,
@@ -101,18 +106,58 @@ from tests.support.brokers import BrokerProcess  # noqa: E402
 # -- main -------------------------------------------------------------------------------------
 
 
+def metrics_overhead(n: int, batch_kib: int, rounds: int) -> bool:
+    """--metrics both: acknowledged records/s of codec share members, metrics on and off."""
+    ok = True
+
+    def measure(b: BrokerProcess, r: int) -> dict[str, float]:
+        nonlocal ok
+        out = {}
+        for members, topic, parts in ((1, "q1", 1), (4, "q1", 1), (16, "q16", 16)):
+            run = share_run(b, topic, parts, members, f"g-ovh-{members}x{parts}-{r}", hwms[b.port, topic])
+            ok &= run.ok
+            out[f"{members} x {parts} acked/s"] = n / run.ack_s
+        return out
+
+    hwms: dict[tuple[int, str], list[int]] = {}
+    print(f"/metrics overhead: {rounds} rounds, a broker with metrics on and one with them off, alternating")
+    with tempfile.TemporaryDirectory(prefix="shoal-bench-share-metrics-") as tmp:
+        with broker_pair(tmp, OVERRIDES) as brokers:
+            for b in brokers.values():
+                for topic, parts in (("q1", 1), ("q16", 16)):
+                    create_topic(b.port, topic, parts)
+                    produce(b.bootstrap, topic, parts, n, batch_kib * 1024)
+                    hwms[b.port, topic] = high_watermarks(b.port, topic, parts)
+                    assert sum(hwms[b.port, topic]) == n
+            alternate(brokers, rounds, measure)
+    if not ok:
+        print("FAILED: a run lost, duplicated or redelivered records, or an acknowledgement failed")
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller volumes (a smoke run)")
     ap.add_argument("--records", type=int, default=0, help="records per topic (default 200k, 50k with --quick)")
     ap.add_argument("--batch-kib", type=int, default=64, help="producer batch.size in KiB (records per log batch)")
     ap.add_argument("--profile", metavar="FILE", help="profile an extra 4-member run with py-spy (raw stacks to FILE)")
+    ap.add_argument(
+        "--metrics",
+        choices=("on", "both"),
+        default="on",
+        help="both: only the /metrics overhead, a broker with metrics on and one off in alternating rounds",
+    )
+    ap.add_argument("--rounds", type=int, default=0, help="rounds of --metrics both (default 4, 2 with --quick)")
     args = ap.parse_args()
     quick = args.quick
     per_batch = max(1, args.batch_kib * 1024 // (RECORD + 70))  # measured below
     n = args.records or (50_000 if quick else 200_000)
     lat_count = 300 if quick else 1000
     ok = True
+    if args.metrics == "both":
+        if not metrics_overhead(n, args.batch_kib, args.rounds or (2 if quick else 4)):
+            sys.exit(1)
+        return
 
     with tempfile.TemporaryDirectory(prefix="shoal-bench-share-fetch-") as tmp:
         b = BrokerProcess(Path(tmp) / "data", OVERRIDES)

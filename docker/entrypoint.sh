@@ -12,7 +12,10 @@
 #                               (0.0.0.0 or empty) named localhost, as Kafka's image advertises
 #                               PLAINTEXT://localhost:9092, so `docker run -p 9092:9092` works from
 #                               the host; containers elsewhere need the name they reach it by)
-#   SHOAL_HEALTHCHECK_ADDRESS   where the image's healthcheck asks (default 127.0.0.1:9092)
+#   SHOAL_HTTP_LISTENERS        shoal.http.listeners   (default: the broker's, http://127.0.0.1:9644;
+#                               http://0.0.0.0:9644 lets Prometheus in another container scrape)
+#   SHOAL_HEALTHCHECK_ADDRESS   where the image's healthcheck sends ApiVersions (default 127.0.0.1:9092)
+#   SHOAL_HEALTHCHECK_HTTP_ADDRESS  where it asks /health/ready (default 127.0.0.1:9644; empty: not asked)
 #   SHOAL_CONFIG_FILE           --config FILE          (a Kafka-style .properties file)
 #   SHOAL_CFG_<NAME>            any setting: SHOAL_CFG_NUM_PARTITIONS=3 -> num.partitions=3
 #                               (lower-cased, '_' becomes '.')
@@ -39,6 +42,9 @@ if [ "$advertised" != "$listeners" ]; then  # a concrete listener host is advert
     set -- --override "advertised.listeners=$advertised" "$@"
 fi
 set -- --override "listeners=$listeners" "$@"
+if [ -n "${SHOAL_HTTP_LISTENERS+set}" ]; then  # set, even empty (empty turns the listener off)
+    set -- --override "shoal.http.listeners=$SHOAL_HTTP_LISTENERS" "$@"
+fi
 set -- --override "log.dirs=$data_dir" "$@"
 if [ -n "${SHOAL_CONFIG_FILE:-}" ]; then
     set -- --config "$SHOAL_CONFIG_FILE" "$@"

@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""Container healthcheck: the broker is healthy when it answers ApiVersions.
+"""Container healthcheck: the broker is healthy when it is ready and answers ApiVersions.
 
-Why ApiVersions: it is the first request every Kafka client sends, needs no
-topic, group or authentication, and is answered by the same request path as
-everything else, so a broker that answers it is accepting clients (an open
-port alone is not enough: the socket is bound before the logs finish loading).
+Two questions, each skipped when its address is empty:
 
-    shoal-healthcheck [HOST:PORT] [--timeout SECONDS]
+- readiness: ``GET /health/ready`` on the operations HTTP listener answers 200,
+  which the broker says only after log recovery and coordinator loading and
+  while its log directory is online (a Kafka port answers before all that);
+- ApiVersions on the Kafka listener: the first request every Kafka client
+  sends, needing no topic, group or authentication, answered by the same
+  request path as everything else, so the broker is accepting clients.
 
-The address defaults to ``$SHOAL_HEALTHCHECK_ADDRESS`` or 127.0.0.1:9092.
-Exit codes: 0 healthy, 1 unhealthy (refused, timed out, hung up, or an
-error code in the answer), 2 bad arguments. Uses the broker's own codec,
-so nothing is encoded by hand.
+    shoal-healthcheck [HOST:PORT] [--http HOST:PORT] [--timeout SECONDS]
+
+The Kafka address defaults to ``$SHOAL_HEALTHCHECK_ADDRESS`` or 127.0.0.1:9092;
+the HTTP address to ``$SHOAL_HEALTHCHECK_HTTP_ADDRESS`` or none (the image
+sets 127.0.0.1:9644, the listener's default). Exit codes: 0 healthy, 1
+unhealthy (refused, timed out, hung up, not ready, or an error code in the
+answer), 2 bad arguments. Uses the broker's own codec, so nothing is encoded
+by hand.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import os
 import socket
 import struct
 import sys
+import urllib.error
+import urllib.request
 
 from shoal.protocol.api import api_by_name
 from shoal.protocol.frames import decode_response, encode_request
@@ -51,6 +59,29 @@ def check(host: str, port: int, timeout: float) -> str | None:
     return None
 
 
+def check_ready(host: str, port: int, timeout: float) -> str | None:
+    """None when /health/ready answered 200, else why not (its body says what the broker waits for)."""
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/health/ready"
+    try:
+        # No proxy: the listener is the container's own (an http_proxy variable must not reroute it).
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(url, timeout=timeout) as r:
+            if r.status == 200:
+                return None
+            return f"HTTP {r.status}"
+    except urllib.error.HTTPError as e:
+        return f"not ready (HTTP {e.code}): {e.read().decode(errors='replace').strip()}"
+    except (OSError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def _address(text: str) -> tuple[str, int] | None:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
 def _exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
@@ -64,16 +95,31 @@ def _exact(sock: socket.socket, n: int) -> bytes:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="shoal-healthcheck", description=__doc__.splitlines()[0])
     p.add_argument("address", nargs="?", default=os.environ.get("SHOAL_HEALTHCHECK_ADDRESS", "127.0.0.1:9092"))
+    p.add_argument(
+        "--http",
+        default=os.environ.get("SHOAL_HEALTHCHECK_HTTP_ADDRESS", ""),
+        help="host:port of the operations listener whose /health/ready must answer 200 (empty: not asked)",
+    )
     p.add_argument("--timeout", type=float, default=5.0, help="seconds for connect and answer (default 5)")
     args = p.parse_args(argv)
-    host, sep, port = args.address.rpartition(":")
-    if not sep or not port.isdigit():
-        print(f"shoal-healthcheck: {args.address!r} is not host:port", file=sys.stderr)
+    checks = []
+    if args.http:
+        checks.append((args.http, check_ready))
+    if args.address:
+        checks.append((args.address, check))
+    if not checks:
+        print("shoal-healthcheck: no address to ask", file=sys.stderr)
         return 2
-    problem = check(host.strip("[]") or "127.0.0.1", int(port), args.timeout)
-    if problem is not None:
-        print(f"shoal-healthcheck: {args.address} unhealthy: {problem}", file=sys.stderr)
-        return 1
+    for text, _ask in checks:
+        if _address(text) is None:
+            print(f"shoal-healthcheck: {text!r} is not host:port", file=sys.stderr)
+            return 2
+    for text, ask in checks:
+        host, port = _address(text)  # type: ignore[misc]
+        problem = ask(host, port, args.timeout)
+        if problem is not None:
+            print(f"shoal-healthcheck: {text} unhealthy: {problem}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -15,7 +15,10 @@ Rules are kept per API key, first armed first used:
 - ``intercept(api, fn, times)``: call ``fn(request)``; a returned body is the
   answer, ``None`` lets the broker handle the request.
 
-``times=None`` keeps a rule until ``clear()``. Sans-IO: the broker's dispatch
+``times=None`` keeps a rule until ``clear()``. Apart from requests,
+``hold_loading(topic)`` keeps a coordinator from loading its internal topic
+until ``release_loading`` (the window in which /health/ready says 503 and
+coordinator requests get COORDINATOR_LOAD_IN_PROGRESS). Sans-IO: the broker's dispatch
 asks ``take(api_key)`` and carries out the returned ``Fault``; rules may be
 armed from another thread (a synchronous test beside the broker's loop).
 """
@@ -60,13 +63,14 @@ class Fault:
 class FaultInjector:
     """Armed faults, by API key. ``armed`` is the one attribute an unarmed dispatch reads."""
 
-    __slots__ = ("_lock", "_rules", "armed", "injected")
+    __slots__ = ("_held_loads", "_lock", "_rules", "armed", "injected")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rules: dict[int, list[Fault]] = {}
         self.armed = False
         self.injected: dict[str, int] = {}  # "Produce:fail" -> how many times a rule was used
+        self._held_loads: set[str] = set()  # internal topics whose coordinator must not load yet
 
     # -- arming --------------------------------------------------------------------
     def fail(self, api: int | str, error: int | str, times: int | None = 1, message: str | None = None) -> None:
@@ -89,6 +93,25 @@ class FaultInjector:
         """Show each request of ``api`` to ``fn`` (on the broker's event loop); a body it returns
         is the answer, ``None`` lets the broker answer."""
         self._add(Fault("intercept", _key(api), _times(times), callback=fn))
+
+    def hold_loading(self, topic: str) -> None:
+        """Keep the coordinator of ``topic`` (``__consumer_offsets``, ``__share_group_state``) from
+        loading, at the next broker start, until ``release_loading``. Arm it before the start."""
+        with self._lock:
+            self._held_loads.add(topic)
+
+    def release_loading(self, topic: str | None = None) -> None:
+        """Let the held coordinator (or every one) load."""
+        with self._lock:
+            if topic is None:
+                self._held_loads.clear()
+            else:
+                self._held_loads.discard(topic)
+
+    def loading_held(self, topic: str) -> bool:
+        """Whether the coordinator of ``topic`` is to wait before loading (asked at start only)."""
+        with self._lock:
+            return topic in self._held_loads
 
     def clear(self, api: int | str | None = None) -> None:
         """Disarm every rule (or those of one API)."""

@@ -9,6 +9,7 @@ Dockerfiles and the compose file pointing at files that exist.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -20,12 +21,16 @@ from pathlib import Path
 
 import pytest
 
+from shoal.protocol.records import build_batch
+from shoal.testing import EmbeddedBroker
 from tests.support.brokers import ROOT, RawClient, wait_port
+from tests.support.clients import _produce_topic
 
 DOCKER = ROOT / "docker"
 ENTRYPOINT = DOCKER / "entrypoint.sh"
 HEALTHCHECK = DOCKER / "healthcheck.py"
 _LISTENING = re.compile(rb"shoal broker listening on ([\d.]+):(\d+)")
+_HTTP_LISTENING = re.compile(rb"shoal http listening on ([\d.]+):(\d+)")
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -36,10 +41,10 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _healthcheck(address: str, timeout: float = 3.0) -> subprocess.CompletedProcess:
+def _healthcheck(address: str, timeout: float = 3.0, *extra: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(HEALTHCHECK), address, "--timeout", str(timeout)],
-        env=_env(),
+        [sys.executable, str(HEALTHCHECK), address, "--timeout", str(timeout), *extra],
+        env=_env(**env),
         capture_output=True,
         timeout=30,
     )
@@ -82,9 +87,15 @@ def test_entrypoint_maps_environment_and_execs_the_broker(tmp_path: Path) -> Non
         SHOAL_LISTENERS="PLAINTEXT://127.0.0.1:0",
         SHOAL_CFG_NUM_PARTITIONS="3",
         SHOAL_CFG_GROUP_SHARE_HEARTBEAT_INTERVAL_MS="7000",
+        SHOAL_HTTP_LISTENERS="http://127.0.0.1:0",
     )
     try:
         assert data.is_dir(), "the entrypoint creates the data directory"
+        # SHOAL_HTTP_LISTENERS reached the broker: its operations listener is on the port it chose.
+        http = _HTTP_LISTENING.search(log.read_bytes())
+        assert http, log.read_text()[-2000:]
+        http_port = int(http.group(2))
+        assert _healthcheck(f"127.0.0.1:{port}", 3.0, "--http", f"127.0.0.1:{http_port}").returncode == 0
         # exec: the process we started *is* the broker, not a shell waiting on it.
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
         assert not any(part.endswith(b"entrypoint.sh") for part in cmdline), cmdline
@@ -177,6 +188,8 @@ def test_dockerfiles_copy_files_that_exist(dockerfile: str) -> None:
         (cmd,) = re.findall(r"CMD (\[.*\])", text)
         assert not re.search(r"\d+\.\d+\.\d+\.\d+:\d+", cmd), cmd
         assert "SHOAL_HEALTHCHECK_ADDRESS=127.0.0.1:9092" in text
+        # Readiness on the operations listener's default port (issue 19: the healthcheck uses readiness).
+        assert "SHOAL_HEALTHCHECK_HTTP_ADDRESS=127.0.0.1:9644" in text
         assert 'ENTRYPOINT ["shoal-entrypoint"]' in text
 
 
@@ -228,3 +241,34 @@ def test_entrypoint_advertises_localhost_for_a_wildcard_listener(tmp_path: Path,
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, log.read_text()[-2000:]
+
+
+def test_healthcheck_asks_readiness_on_the_http_listener(shared_broker) -> None:
+    """Ready broker: 0, asked by --http and by SHOAL_HEALTHCHECK_HTTP_ADDRESS; an operations
+    listener that does not answer: 1, though the Kafka port still answers ApiVersions."""
+    assert shared_broker.http_port
+    http = f"127.0.0.1:{shared_broker.http_port}"
+    ok = _healthcheck(shared_broker.bootstrap, 3.0, "--http", http)
+    assert ok.returncode == 0, ok.stderr
+    by_env = _healthcheck(shared_broker.bootstrap, 3.0, SHOAL_HEALTHCHECK_HTTP_ADDRESS=http)
+    assert by_env.returncode == 0, by_env.stderr
+    unreachable = _healthcheck(shared_broker.bootstrap, 1.0, "--http", f"127.0.0.1:{_free_port()}")
+    assert unreachable.returncode == 1 and b"unhealthy" in unreachable.stderr
+    by_env = _healthcheck(shared_broker.bootstrap, 1.0, SHOAL_HEALTHCHECK_HTTP_ADDRESS=f"127.0.0.1:{_free_port()}")
+    assert by_env.returncode == 1
+    assert _healthcheck(shared_broker.bootstrap, 1.0, "--http", "no-port").returncode == 2
+
+
+def test_healthcheck_is_unhealthy_while_the_broker_is_not_ready(tmp_path: Path) -> None:
+    """/health/ready answers 503 (an offline log directory): the healthcheck says 1 and why."""
+    with EmbeddedBroker() as b:
+        http = f"127.0.0.1:{b.http_port}"
+        assert _healthcheck(f"127.0.0.1:{b.port}", 3.0, "--http", http).returncode == 0
+        b.create_topic("t")
+        b.call(lambda: b.broker.file_ops.fail_next("write", errno.ENOSPC, times=None))
+        data = build_batch([(None, b"x" * 100, [], int(time.time() * 1000))])
+        with RawClient(b.port) as c:
+            c.call("Produce", 9, acks=1, timeout_ms=5000, topic_data=[_produce_topic("t", 0, data)])
+        result = _healthcheck(f"127.0.0.1:{b.port}", 3.0, "--http", http)
+    assert result.returncode == 1
+    assert b"503" in result.stderr and b"offline" in result.stderr

@@ -66,3 +66,36 @@ def test_json_logs_parse_line_by_line(tmp_path) -> None:
     messages = [o["message"] for o in objects]
     assert any(m.startswith("shoal broker listening on") for m in messages)
     assert any(m.startswith("shutdown complete") for m in messages)
+
+
+def wait_status(port: int, want: int, timeout: float = 15.0) -> tuple[int, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status, text = http_get(port, "/health/ready")
+        if status == want or time.monotonic() > deadline:
+            return status, text
+        time.sleep(0.05)
+
+
+def test_ready_is_503_while_coordinators_load_then_200() -> None:
+    """Coordinator loading held (FaultInjector.hold_loading): the Kafka port answers and
+    /health/live says 200, but /health/ready says 503 naming what it waits for, until both
+    coordinators have loaded."""
+    b = EmbeddedBroker()
+    b.faults.hold_loading("__consumer_offsets")
+    b.faults.hold_loading("__share_group_state")
+    with b:
+        with RawClient(b.port) as c:
+            assert c.call("ApiVersions", 3, client_software_name="t", client_software_version="1").error_code == 0
+        assert http_get(b.http_port, "/health/live")[0] == 200
+        time.sleep(0.3)  # held, not merely slow: still not ready a while later
+        status, text = http_get(b.http_port, "/health/ready")
+        assert (status, text.strip()) == (503, "loading the group coordinator")
+        assert "shoal_broker_ready 0.0" in http_get(b.http_port, "/metrics")[1]
+        b.faults.release_loading("__consumer_offsets")
+        status, text = wait_status(b.http_port, 200, timeout=2.0)
+        assert (status, text.strip()) == (503, "loading the share coordinator")
+        b.faults.release_loading("__share_group_state")
+        status, text = wait_status(b.http_port, 200)
+        assert (status, text.strip()) == (200, "ready")
+        assert "shoal_broker_ready 1.0" in http_get(b.http_port, "/metrics")[1]

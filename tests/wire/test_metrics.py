@@ -15,6 +15,7 @@ import confluent_kafka
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from shoal.protocol.api import api_by_name
 from shoal.protocol.constants import ACCEPT, REJECT, RELEASE
 from shoal.protocol.records import build_batch
 from tests.support.brokers import BrokerProcess, RawClient
@@ -28,7 +29,8 @@ pytestmark = pytest.mark.wire
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data", FAST).start()
+    settings = [*FAST, "group.initial.rebalance.delay.ms=0"]
+    b = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data", settings).start()
     assert b.http_port, "the operations listener did not announce its port"
     yield b
     b.stop()
@@ -133,3 +135,163 @@ def test_health_is_live_and_ready_once_started(broker) -> None:
     status, text = http_get(broker.http_port, "/health/ready")
     assert (status, text.strip()) == (200, "ready")
     assert value(scrape(broker.http_port), "shoal_broker_ready") == 1
+
+
+def scrape_until(port: int, name: str, want: float, timeout: float = 15.0, **labels: str) -> dict:
+    """Scrape until the sample reaches ``want`` (or the time is up); the last scrape."""
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = scrape(port)
+        if value(samples, name, **labels) >= want or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.1)
+
+
+LOCK_TIMEOUTS = "kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total"
+
+
+def test_lock_timeouts_are_counted_when_a_lock_expires(broker) -> None:
+    """A member acquires every record and never acknowledges: once the (1 s) lock runs out, the
+    counter moves by exactly the records it held, and they are delivered again."""
+    topic, group = "m-lock", "g-m-lock"
+    tid = ready_topic(broker, topic, group, 12, share_record_lock_duration_ms="1000")
+    labels = {"group": group, "topic": topic}
+    assert value(scrape(broker.http_port), LOCK_TIMEOUTS, **labels) == 0
+    with RawClient(broker.port) as c:
+        r = fetch(c, group, "m1", 0, [(tid, 0)], max_records=100)
+        held = sum(last - first + 1 for first, last, _ in acquired(r))
+        assert held == 12
+        acquired_at = time.monotonic()
+        assert value(scrape(broker.http_port), LOCK_TIMEOUTS, **labels) == 0  # still locked
+        samples = scrape_until(broker.http_port, LOCK_TIMEOUTS, held, **labels)
+        assert time.monotonic() - acquired_at >= 0.9  # not before the lock duration
+        assert value(samples, LOCK_TIMEOUTS, **labels) == held
+        time.sleep(1.5)  # nothing else expires: the records are available, not acquired
+        assert value(scrape(broker.http_port), LOCK_TIMEOUTS, **labels) == held
+        again = fetch(c, group, "m1", 1, [(tid, 0)], max_records=100)
+        assert sorted(acquired(again)) == [(0, 11, 2)]  # second delivery of the same records
+
+
+DSO = api_by_name("DescribeShareGroupOffsets").request_class()
+
+
+def describe_lag(port: int, group: str) -> dict[int, int]:
+    """DescribeShareGroupOffsets' lag of each partition of the group's one topic."""
+    req = [DSO.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]
+    with RawClient(port) as c:
+        d = c.call("DescribeShareGroupOffsets", 1, groups=req).groups[0]
+    assert d.error_code == 0
+    return {p.partition_index: p.lag for t in d.topics for p in t.partitions}
+
+
+def test_share_lag_gauge_equals_describe_share_group_offsets(broker) -> None:
+    topic, group = "m-slag", "g-m-slag"
+    tid = ready_topic(broker, topic, group, 0, partitions=2)
+    produce(broker.bootstrap, topic, 20, partition=0)
+    produce(broker.bootstrap, topic, 10, partition=1)
+    with RawClient(broker.port) as c:
+        r = fetch(c, group, "m1", 0, [(tid, 0), (tid, 1)], max_records=100)
+        assert sum(last - first + 1 for first, last, _ in acquired(r)) == 30
+        # Per partition: accept 0-4, reject 5, release 6 (available again); the rest stays acquired.
+        for epoch, index in enumerate((0, 1), start=1):
+            a = acknowledge(
+                c, group, "m1", epoch, tid, index, batch(0, 4, ACCEPT), batch(5, 5, REJECT), batch(6, 6, RELEASE)
+            )
+            assert a.error_code == 0 and a.responses[0].partitions[0].error_code == 0
+    described = describe_lag(broker.port, group)
+    assert described == {0: 20 - 6, 1: 10 - 6}  # accepted and rejected records are delivered to completion
+    samples = scrape(broker.http_port)
+    for index, lag in described.items():
+        assert value(samples, "kafka_sharegroup_lag", group=group, topic=topic, partition=str(index)) == lag, index
+    # Records produced since move both by the same amount.
+    produce(broker.bootstrap, topic, 5, partition=0)
+    after = describe_lag(broker.port, group)
+    assert after == {0: described[0] + 5, 1: described[1]}
+    samples = scrape(broker.http_port)
+    assert value(samples, "kafka_sharegroup_lag", group=group, topic=topic, partition="0") == after[0]
+
+
+def test_log_flushes_are_timed(broker) -> None:
+    """Each acks=-1 produce waits for a group-commit fsync of its log: the flush histogram counts
+    at least one flush per request sent one after another."""
+    with RawClient(broker.port) as c:
+        create(c, "m-flush")
+    count = "kafka_log_logflushstats_logflushrateandtimems_count"
+    before = scrape(broker.http_port)
+    sent = 6
+    with RawClient(broker.port) as c:
+        for i in range(sent):
+            data = build_batch([(None, b"f%d" % i, [], int(time.time() * 1000))])
+            r = c.call("Produce", 9, acks=-1, timeout_ms=5000, topic_data=[_produce_topic("m-flush", 0, data)])
+            assert r.responses[0].partition_responses[0].error_code == 0
+    after = scrape(broker.http_port)
+    assert value(after, count) - value(before, count) >= sent
+    assert value(after, "kafka_log_logflushstats_logflushrateandtimems_bucket", le="+Inf") == value(after, count)
+    assert value(after, "kafka_log_logflushstats_logflushrateandtimems_sum") > value(
+        before, "kafka_log_logflushstats_logflushrateandtimems_sum"
+    )
+
+
+def test_coordinator_load_times_are_exposed(broker) -> None:
+    samples = scrape(broker.http_port)
+    for coordinator in ("group", "share"):
+        prefix = f"kafka_server_{coordinator}_coordinator_metrics_partition_load_time_"
+        longest, mean = (prefix + "max", ()), (prefix + "avg", ())
+        assert longest in samples and mean in samples, coordinator
+        assert samples[longest] >= samples[mean] > 0
+
+
+REBALANCES = "kafka_server_group_coordinator_metrics_group_rebalance_count"
+JG = api_by_name("JoinGroup").request_class()
+
+
+def test_rebalances_are_counted_per_protocol(broker) -> None:
+    before = scrape(broker.http_port)
+    # A classic group of one member: the first join needs a member id (no rebalance), the second
+    # prepares one rebalance, which completes at once.
+    join = {
+        "group_id": "g-m-rebalance",
+        "session_timeout_ms": 30000,
+        "rebalance_timeout_ms": 5000,
+        "protocol_type": "consumer",
+        "protocols": [JG.JoinGroupRequestProtocol(name="range", metadata=b"")],
+    }
+    with RawClient(broker.port) as c:
+        first = c.call("JoinGroup", 5, member_id="", **join)
+        assert first.error_code == 79  # MEMBER_ID_REQUIRED
+        joined = c.call("JoinGroup", 5, member_id=first.member_id, **join)
+        assert joined.error_code == 0 and joined.generation_id == 1
+    middle = scrape(broker.http_port)
+    assert value(middle, REBALANCES, protocol="classic") - value(before, REBALANCES, protocol="classic") == 1
+    # A share group: every group-epoch bump is a rebalance.
+    topic, group = "m-srebalance", "g-m-srebalance"
+    ready_topic(broker, topic, group, 0)
+    with RawClient(broker.port) as c:
+        d = c.call("ShareGroupDescribe", 1, group_ids=[group], include_authorized_operations=False).groups[0]
+    assert d.group_epoch >= 1
+    after = scrape(broker.http_port)
+    assert value(after, REBALANCES, protocol="share") - value(middle, REBALANCES, protocol="share") == d.group_epoch
+
+
+def test_dead_lettered_records_and_share_request_counts(broker) -> None:
+    """Rejected records copied to the dead-letter topic are counted; the request histogram counts
+    the ShareFetch and ShareAcknowledge requests sent (their request rates)."""
+    topic, group, dlq = "m-dlq", "g-m-dlq", "m-dlq.dead"
+    with RawClient(broker.port) as c:
+        create(c, dlq)
+    tid = ready_topic(broker, topic, group, 8, errors_deadletterqueue_topic_name=dlq)
+    count = "kafka_network_requestmetrics_totaltimems_count"
+    before = scrape(broker.http_port)
+    with RawClient(broker.port) as c:
+        r = fetch(c, group, "m1", 0, [(tid, 0)], max_records=100)
+        assert sum(last - first + 1 for first, last, _ in acquired(r)) == 8
+        a = acknowledge(c, group, "m1", 1, tid, 0, batch(0, 2, REJECT), batch(3, 7, ACCEPT))
+        assert a.error_code == 0 and a.responses[0].partitions[0].error_code == 0
+    labels = {"group": group, "topic": topic}
+    dead = "kafka_server_sharepartitionmetrics_deadletteredrecords_total"
+    samples = scrape_until(broker.http_port, dead, 3, **labels)
+    assert value(samples, dead, **labels) == 3
+    assert value(samples, "kafka_log_log_logendoffset", topic=dlq, partition="0") == 3  # the copies
+    assert value(samples, "kafka_server_sharepartitionmetrics_archiveddeliverylimit_total", **labels) == 0
+    assert value(samples, count, request="ShareFetch") - value(before, count, request="ShareFetch") == 1
+    assert value(samples, count, request="ShareAcknowledge") - value(before, count, request="ShareAcknowledge") == 1

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,7 @@ class CoordinatorRuntime:
         self._loading: set[int] = set()
         self._load_task: asyncio.Task | None = None
         self.loaded = asyncio.Event()
+        self.load_ms: dict[int, float] = {}  # partition -> ms its latest load (replay) took, for /metrics
 
     # -- start-up --------------------------------------------------------------
     def start(self) -> None:
@@ -108,6 +110,9 @@ class CoordinatorRuntime:
 
     async def _load_all(self) -> None:
         loop = asyncio.get_running_loop()
+        faults = getattr(self.broker, "faults", None)  # a test holding the load (FaultInjector.hold_loading)
+        while faults is not None and faults.loading_held(self.topic):
+            await asyncio.sleep(0.01)
         started = loop.time()
         records = 0
         for p in range(self.num_partitions):
@@ -118,8 +123,10 @@ class CoordinatorRuntime:
 
     def _load(self, p: int) -> int:
         """Replay partition p into a new shard, which then serves; returns the records replayed."""
+        started = time.perf_counter()
         shard = self._make_shard(p)
         n = self._replay_partition(p, shard)
+        self.load_ms[p] = (time.perf_counter() - started) * 1000.0
         self.shards[p] = shard
         self._loading.discard(p)
         if self._on_loaded is not None:

@@ -184,8 +184,11 @@ class GroupCoordinator:
     def after(self, p: int, group: ClassicGroup) -> None:
         """Deliver answers, persist if needed, (re)arm deadlines, try to complete a join."""
         seen = (group.state, group.generation_id)
-        if self._last_seen.get(group.group_id) != seen:
+        before = self._last_seen.get(group.group_id)
+        if before != seen:
             self._last_seen[group.group_id] = seen
+            if group.state == GroupState.PREPARING_REBALANCE and (before is None or before[0] != group.state):
+                self.broker.stats.rebalance("classic")  # a rebalance begins (Kafka counts it there too)
             log.info(
                 "group %s: %s, generation %d, %d members",
                 group.group_id,

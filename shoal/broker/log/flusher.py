@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import time
 from typing import Any, Protocol
 
 from shoal.broker.log.fileops import FileOps
 from shoal.broker.log.segment import LogFailed
+from shoal.broker.metrics.counters import RequestTimes
 
 __all__ = ["Flushable", "Flusher"]
 
@@ -46,6 +48,8 @@ class Flusher:
         self._round: dict[Any, list[tuple[int, asyncio.Future]]] = {}  # the waiters of the running round
         self._running: asyncio.Task | None = None
         self._closed = False
+        # fsync time of each log flushed (all its descriptors), for kafka.log:LogFlushStats on /metrics
+        self.flush_times = RequestTimes()
 
     def flush(self, log_: Flushable, offset: int) -> asyncio.Future:
         """A future resolved once `log_` is durable up to `offset` (exclusive end)."""
@@ -84,8 +88,8 @@ class Flusher:
                         targets.append((lg, lg.flush_target()))
                     except Exception as e:  # noqa: BLE001 - offline, or a log closed by a topic deletion
                         _fail(waiters, e)
-                errors = await loop.run_in_executor(None, self._fsync_each, [fds for _, (fds, _) in targets])
-                for (lg, (_, flushed)), error in zip(targets, errors):
+                done = await loop.run_in_executor(None, self._fsync_each, [fds for _, (fds, _) in targets])
+                for (lg, (_, flushed)), (error, elapsed_ns) in zip(targets, done):
                     if error is not None:
                         log.error("fsync of %s failed: %s", getattr(lg, "path", lg), error)
                         _fail(batch[lg], lg.io_failed(error))
@@ -93,6 +97,7 @@ class Flusher:
                     if lg.failed is not None:  # went offline while this round ran: confirm nothing
                         _fail(batch[lg], _offline(lg))
                         continue
+                    self.flush_times.observe(elapsed_ns)
                     try:
                         lg.mark_flushed(flushed)
                     except Exception as e:  # noqa: BLE001 - never leave a waiter hanging
@@ -112,11 +117,13 @@ class Flusher:
             if self._waiters and not self._closed:
                 self._running = asyncio.create_task(self._run())
 
-    def _fsync_each(self, groups: list[list[int]]) -> list[OSError | None]:
-        """fsync each log's descriptors (worker thread); the first error of each log, or None."""
-        errors: list[OSError | None] = []
+    def _fsync_each(self, groups: list[list[int]]) -> list[tuple[OSError | None, int]]:
+        """fsync each log's descriptors (worker thread); per log the first error (or None) and the ns
+        its fsyncs took."""
+        out: list[tuple[OSError | None, int]] = []
         for fds in groups:
             error = None
+            started = time.perf_counter_ns()
             for fd in fds:
                 try:
                     self._files.fsync(fd)
@@ -126,8 +133,8 @@ class Flusher:
                     if e.errno != errno.EBADF:
                         error = e
                         break
-            errors.append(error)
-        return errors
+            out.append((error, time.perf_counter_ns() - started))
+        return out
 
     async def close(self) -> None:
         self._closed = True

@@ -23,6 +23,7 @@ from shoal.protocol.api import api
 __all__ = ["BrokerCollector", "ready"]
 
 _TERMINAL = (2, 4)  # in_flight's ACKNOWLEDGED and ARCHIVED states
+_BOUNDS = [*(repr(b) for b in REQUEST_BUCKETS_MS), "+Inf"]  # histogram bucket labels (le)
 
 
 def _family(key: str) -> Metric:
@@ -60,7 +61,9 @@ class BrokerCollector(Collector):
         yield self._request_times()
         yield from self._network()
         yield from self._logs()
+        yield self._log_flushes()
         yield self._purgatories()
+        yield from self._coordinators()
         yield from self._groups()
         yield from self._share()
         up = _family("ready")
@@ -91,12 +94,33 @@ class BrokerCollector(Collector):
     def _request_times(self) -> Metric:
         row = METRICS["request_time"]
         fam = HistogramMetricFamily(row.name, row.help, labels=["request"])
-        bounds = [*(repr(b) for b in REQUEST_BUCKETS_MS), "+Inf"]
         for key, times in sorted(self.stats.requests.items()):
             known = api(key)
             request = known.name if known is not None else str(key)
-            fam.add_metric([request], list(zip(bounds, times.cumulative())), times.sum_ns / 1e6)
+            fam.add_metric([request], list(zip(_BOUNDS, times.cumulative())), times.sum_ns / 1e6)
         return fam
+
+    def _log_flushes(self) -> Metric:
+        row = METRICS["log_flush_time"]
+        fam = HistogramMetricFamily(row.name, row.help)
+        flusher = getattr(self.broker, "flusher", None)
+        if flusher is not None:
+            times = flusher.flush_times
+            fam.add_metric([], list(zip(_BOUNDS, times.cumulative())), times.sum_ns / 1e6)
+        return fam
+
+    def _coordinators(self) -> Iterator[Metric]:
+        for prefix, coordinator in (("group", self.broker.groups), ("share", self.broker.share_coordinator)):
+            longest, mean = _family(prefix + "_load_max"), _family(prefix + "_load_avg")
+            loads = list(coordinator.runtime.load_ms.values()) if coordinator is not None else []
+            if loads:
+                longest.add_sample(longest.name, {}, max(loads))
+                mean.add_sample(mean.name, {}, sum(loads) / len(loads))
+            yield from (longest, mean)
+        rebalances = _family("rebalances")
+        for protocol in ("classic", "share"):
+            rebalances.add_sample(rebalances.name, {"protocol": protocol}, self.stats.rebalances.get(protocol, 0))
+        yield rebalances
 
     def _network(self) -> Iterator[Metric]:
         server = self.broker.server
@@ -159,11 +183,13 @@ class BrokerCollector(Collector):
     def _share(self) -> Iterator[Metric]:
         acks, acquired = _family("share_acks"), _family("share_acquired")
         timeouts, archived = _family("share_lock_timeouts"), _family("share_archived_limit")
+        dead = _family("share_dead_lettered")
         for (group, topic), c in sorted(self.stats.share.items()):
             labels = {"group": group, "topic": topic}
             acquired.add_sample(_sample_name("share_acquired"), labels, c.acquired)
             timeouts.add_sample(_sample_name("share_lock_timeouts"), labels, c.lock_timeouts)
             archived.add_sample(_sample_name("share_archived_limit"), labels, c.archived_at_limit)
+            dead.add_sample(_sample_name("share_dead_lettered"), labels, c.dead_lettered)
             for t, name in ACK_TYPES.items():
                 acks.add_sample(_sample_name("share_acks"), {**labels, "acktype": name}, c.acks.get(t, 0))
         in_flight, lag = _family("share_in_flight"), _family("share_lag")
@@ -178,4 +204,4 @@ class BrokerCollector(Collector):
             in_flight.add_sample(in_flight.name, labels, sp.in_flight_count)
             hwm = entry.partition.high_watermark
             lag.add_sample(lag.name, labels, max(0, hwm - sp.start_offset - sp.delivery_complete_count()))
-        yield from (acks, acquired, timeouts, archived, in_flight, lag)
+        yield from (acks, acquired, timeouts, archived, dead, in_flight, lag)

@@ -62,7 +62,8 @@ class TopicCounts:
 
 
 class RequestTimes:
-    """One request type's time from frame received to answer written: a histogram in ns."""
+    """A histogram of durations in ns over ``REQUEST_BUCKETS_MS``: one request type's time from frame
+    received to answer written, or the log flusher's fsync time per log."""
 
     __slots__ = ("buckets", "count", "sum_ns")
 
@@ -87,25 +88,30 @@ class RequestTimes:
 class ShareCounts:
     """KIP-932's share-group counts for one (group, topic)."""
 
-    __slots__ = ("acks", "acquired", "archived_at_limit", "lock_timeouts")
+    __slots__ = ("acks", "acquired", "archived_at_limit", "dead_lettered", "lock_timeouts")
 
     def __init__(self) -> None:
         self.acquired = 0  # records acquired (each delivery counts)
         self.acks: dict[int, int] = {}  # acknowledge type (1 accept, 2 release, 3 reject, 4 renew) -> records
         self.lock_timeouts = 0  # records whose acquisition lock expired
         self.archived_at_limit = 0  # records archived because they reached the delivery-count limit
+        self.dead_lettered = 0  # records copied to the group's dead-letter topic (KIP-1191)
 
 
 class BrokerStats:
     """Every counter of one broker."""
 
-    __slots__ = ("connections_created", "requests", "share", "topics")
+    __slots__ = ("connections_created", "rebalances", "requests", "share", "topics")
 
     def __init__(self) -> None:
         self.topics: dict[str, TopicCounts] = {}
         self.requests: dict[int, RequestTimes] = {}  # api key -> times
         self.connections_created: dict[str, int] = {}  # listener name -> connections accepted, ever
         self.share: dict[tuple[str, str], ShareCounts] = {}  # (group, topic name) -> counts
+        self.rebalances: dict[str, int] = {}  # protocol ("classic", "share") -> rebalances begun, ever
+
+    def rebalance(self, protocol: str, n: int = 1) -> None:
+        self.rebalances[protocol] = self.rebalances.get(protocol, 0) + n
 
     def topic(self, name: str) -> TopicCounts:
         counts = self.topics.get(name)

@@ -25,14 +25,21 @@ kafka.server:type=socket-server-metrics,...,connection-creation-total      kafka
 kafka.log:type=Log,name=Size,topic=T,partition=P                           kafka_log_log_size{topic,partition}
 kafka.log:type=Log,name=LogEndOffset,topic=T,partition=P                   kafka_log_log_logendoffset{topic,partition}
 kafka.log:type=Log,name=LogStartOffset,topic=T,partition=P                 kafka_log_log_logstartoffset{topic,partition}
+kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs                    kafka_log_logflushstats_logflushrateandtimems (histogram, ms)
 kafka.server:type=DelayedOperationPurgatory,name=PurgatorySize,delayedOp=O  kafka_server_delayedoperationpurgatory_purgatorysize{delayedoperation}
 kafka.server:type=group-coordinator-metrics,name=group-count,protocol=X     kafka_server_group_coordinator_metrics_group_count{protocol,state}
+kafka.server:type=group-coordinator-metrics,partition-load-time-max         kafka_server_group_coordinator_metrics_partition_load_time_max (ms)
+kafka.server:type=group-coordinator-metrics,partition-load-time-avg         kafka_server_group_coordinator_metrics_partition_load_time_avg (ms)
+kafka.server:type=share-coordinator-metrics,partition-load-time-max         kafka_server_share_coordinator_metrics_partition_load_time_max (ms)
+kafka.server:type=share-coordinator-metrics,partition-load-time-avg         kafka_server_share_coordinator_metrics_partition_load_time_avg (ms)
+kafka.server:type=group-coordinator-metrics,group-rebalance-count,protocol  kafka_server_group_coordinator_metrics_group_rebalance_count{protocol}
 kafka_exporter's consumer-group lag                                        kafka_consumergroup_lag{consumergroup,topic,partition}
 kafka.server:type=ShareGroupMetrics,name=RecordAcknowledgementsPerSec      kafka_server_sharegroupmetrics_recordacknowledgements_total{group,topic,acktype}
 Shoal: records acquired by share consumers (each delivery)                 kafka_server_sharegroupmetrics_recordacquisitions_total{group,topic}
 kafka.server:type=SharePartitionMetrics,name=AcquisitionLockTimeoutPerSec  kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total{group,topic}
 kafka.server:type=SharePartitionMetrics,name=InFlightMessageCount          kafka_server_sharepartitionmetrics_inflightmessagecount{group,topic,partition}
 Shoal: records archived at the delivery-count limit                        kafka_server_sharepartitionmetrics_archiveddeliverylimit_total{group,topic}
+Shoal: records copied to the share group's dead-letter topic (KIP-1191)    kafka_server_sharepartitionmetrics_deadletteredrecords_total{group,topic}
 Shoal: share-partition lag (DescribeShareGroupOffsets' lag)                kafka_sharegroup_lag{group,topic,partition}
 Shoal: ready (1) or not (0), as /health/ready answers                      shoal_broker_ready
 =========================================================================  =====================================================================
@@ -40,6 +47,15 @@ Shoal: ready (1) or not (0), as /health/ready answers                      shoal
 Labels in ``[brackets]`` are present on the per-topic series and absent on the
 broker-wide total, as the JMX exporter writes the two MBeans. Acknowledge types
 are lower-case: accept, release, reject, renew.
+
+Kafka's coordinator load times are windowed (avg and max of the recent loads);
+Shoal's are over the latest load of each partition of the internal topic. Its
+rebalance count (a Kafka metric's cumulative ``-count``, so a gauge as the
+exporter writes it; ``rate()`` gives the rebalance rate) counts for classic
+groups each rebalance begun (a move to PreparingRebalance) and for share
+groups each group-epoch bump. Request rates of every API, ShareFetch and
+ShareAcknowledge included, are the request histogram's ``_count`` per
+``request`` label.
 """
 
 from __future__ import annotations
@@ -87,10 +103,38 @@ METRICS: Final = {
     "log_size": _m("kafka_log_log_size", "gauge", "Bytes of a partition's log segments."),
     "log_end_offset": _m("kafka_log_log_logendoffset", "gauge", "A partition's log end offset."),
     "log_start_offset": _m("kafka_log_log_logstartoffset", "gauge", "A partition's log start offset."),
+    "log_flush_time": _m(
+        "kafka_log_logflushstats_logflushrateandtimems", "histogram", "Time of one log's group-commit fsyncs, ms."
+    ),
     "purgatory_size": _m(
         "kafka_server_delayedoperationpurgatory_purgatorysize", "gauge", "Delayed operations waiting per purgatory."
     ),
     "groups": _m("kafka_server_group_coordinator_metrics_group_count", "gauge", "Groups by protocol and state."),
+    "group_load_max": _m(
+        "kafka_server_group_coordinator_metrics_partition_load_time_max",
+        "gauge",
+        "Longest load (replay) of a __consumer_offsets partition, ms.",
+    ),
+    "group_load_avg": _m(
+        "kafka_server_group_coordinator_metrics_partition_load_time_avg",
+        "gauge",
+        "Mean load (replay) time of the __consumer_offsets partitions, ms.",
+    ),
+    "share_load_max": _m(
+        "kafka_server_share_coordinator_metrics_partition_load_time_max",
+        "gauge",
+        "Longest load (replay) of a __share_group_state partition, ms.",
+    ),
+    "share_load_avg": _m(
+        "kafka_server_share_coordinator_metrics_partition_load_time_avg",
+        "gauge",
+        "Mean load (replay) time of the __share_group_state partitions, ms.",
+    ),
+    "rebalances": _m(
+        "kafka_server_group_coordinator_metrics_group_rebalance_count",
+        "gauge",
+        "Rebalances since start, by group protocol (cumulative; rate() gives the rebalance rate).",
+    ),
     "consumer_lag": _m(
         "kafka_consumergroup_lag", "gauge", "High watermark minus the group's committed offset, per partition."
     ),
@@ -112,6 +156,11 @@ METRICS: Final = {
         "kafka_server_sharepartitionmetrics_archiveddeliverylimit",
         "counter",
         "Share records archived at the delivery-count limit.",
+    ),
+    "share_dead_lettered": _m(
+        "kafka_server_sharepartitionmetrics_deadletteredrecords",
+        "counter",
+        "Share records copied to the group's dead-letter topic.",
     ),
     "share_lag": _m("kafka_sharegroup_lag", "gauge", "Records of a share partition not yet delivered to completion."),
     "ready": _m("shoal_broker_ready", "gauge", "1 when /health/ready answers 200."),

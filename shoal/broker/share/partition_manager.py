@@ -70,7 +70,7 @@ from shoal.protocol.constants import ARCHIVED
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.record_slice import RecordIndex
-from shoal.protocol.records import iter_batches
+from shoal.protocol.records import BatchHeader, iter_batches
 
 log = logging.getLogger("shoal.share.partitions")
 
@@ -479,6 +479,7 @@ class SharePartitionManager:
         except ErrorAnswer as e:
             log.warning("share group %s: dead-letter append to %s failed: %s", gid, name, e)
             return
+        self.broker.stats.share_counts(gid, source.topic.name).dead_lettered += BatchHeader.read(batch).records_count
         self.broker.on_append(dest)
 
     def _wake(self, entry: Entry) -> None:

@@ -90,6 +90,7 @@ class ShareGroupService:
         self.sessions: dict[str, DelayedShareSession] = {}
         self._tasks: set[asyncio.Task] = set()
         self._last_seen: dict[str, tuple] = {}
+        self._counted_epoch: dict[str, int] = {}  # group epoch up to which rebalances were counted
 
     def now(self) -> int:
         return self.broker.clock.monotonic_ms()
@@ -108,6 +109,7 @@ class ShareGroupService:
         stuck initializations retry."""
         now = self.now()
         for g in list(shard.share_groups.values()):
+            self._counted_epoch[g.group_id] = g.group_epoch  # epochs of a restored group were counted before
             timeout = self.setting(g.group_id, "share.session.timeout.ms")
             for m in g.members.values():
                 m.session_deadline_ms = now + timeout
@@ -200,6 +202,12 @@ class ShareGroupService:
             return None
 
     def _log_change(self, g: ShareGroup) -> None:
+        counted = self._counted_epoch.get(g.group_id, 0)
+        if g.group_epoch < counted:  # deleted and created again under the id: a new group from epoch 0
+            counted = 0
+        if g.group_epoch > counted:  # each group-epoch bump is a share group's rebalance
+            self._counted_epoch[g.group_id] = g.group_epoch
+            self.broker.stats.rebalance("share", g.group_epoch - counted)
         seen = (g.state, g.group_epoch, len(g.members))
         if self._last_seen.get(g.group_id) != seen:
             self._last_seen[g.group_id] = seen
@@ -424,6 +432,7 @@ class ShareGroupService:
         if self.sessions.pop(gid, None) is not None:
             self.groups.purgatory.check_and_complete(("share-session", gid))
         self._last_seen.pop(gid, None)
+        self._counted_epoch.pop(gid, None)
         try:
             await self.runtime.write(p, lambda s: s.delete_share_group(g, self.now()))
         except ErrorAnswer as e:
