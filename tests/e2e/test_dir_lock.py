@@ -9,7 +9,7 @@ import time
 import pytest
 
 from shoal.broker.log.dir_lock import DataDirLocked, DirLock
-from tests.support.brokers import ROOT, BrokerProcess, _env
+from tests.support.brokers import HTTP_ANY_PORT, ROOT, BrokerProcess, _env
 
 
 def test_a_second_lock_on_the_same_directory_is_refused_and_names_the_holder(tmp_path) -> None:
@@ -32,6 +32,8 @@ def start_second(data_dir, timeout: float = 20.0) -> tuple[int, str, float]:
         f"log.dirs={data_dir}",
         "--override",
         "listeners=PLAINTEXT://127.0.0.1:0",
+        "--override",
+        HTTP_ANY_PORT,
     ]
     started = time.monotonic()
     done = subprocess.run(args, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)

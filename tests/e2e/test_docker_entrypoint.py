@@ -37,6 +37,9 @@ def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    # the operations listener on a port of its own choosing, never the fixed default 9644 (another
+    # broker, or a developer's, may hold it); a test that sets the variable itself wins
+    env["SHOAL_HTTP_LISTENERS"] = "http://127.0.0.1:0"
     env.update(extra)
     return env
 
