@@ -29,6 +29,7 @@ from shoal.protocol.api import api_by_name, codec
 from shoal.protocol.coordinator_records import encode_versioned
 from shoal.protocol.errors import ErrorCode
 from tests.support.brokers import BrokerProcess, InProcessBroker, RawClient
+from tests.support.wire import raw_share_offsets
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient  # noqa: E402
@@ -482,20 +483,6 @@ def share_consume(b: BrokerProcess, group: str, topic: str, accept: int, want: i
         sc.close()
         return None, seen
     return sc, seen
-
-
-def raw_share_offsets(port: int, group: str) -> dict:
-    R = api_by_name("DescribeShareGroupOffsets").request_class()
-    with RawClient(port) as c:
-        fc = api_by_name("FindCoordinator").request_class()
-        assert c.call("FindCoordinator", 6, fc(key_type=0, coordinator_keys=[group])).coordinators[0].error_code == 0
-        r = c.call(
-            "DescribeShareGroupOffsets",
-            1,
-            groups=[R.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)],
-        )
-    g = r.groups[0]
-    return {(t.topic_name, p.partition_index): (p.start_offset, p.lag) for t in g.topics for p in t.partitions}
 
 
 @pytest.mark.skipif(not hasattr(confluent_kafka, "ShareConsumer"), reason="no ShareConsumer in this confluent-kafka")

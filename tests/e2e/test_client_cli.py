@@ -26,6 +26,7 @@ from shoal.client.cli.support import (
 from shoal.client.core.cluster import TopicPartition
 from shoal.protocol.api import api_by_name
 from tests.support.brokers import ROOT, BrokerProcess, InProcessBroker, RawClient
+from tests.support.wire import raw_share_offsets
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient  # noqa: E402
@@ -65,18 +66,6 @@ def produce(b: BrokerProcess, topic: str, n: int, timestamp: int = 0) -> None:
     for i in range(n):
         p.produce(topic, value=f"v{i}".encode(), partition=0, timestamp=timestamp)
     assert p.flush(15) == 0
-
-
-def raw_share_offsets(port: int, group: str) -> dict:
-    R = api_by_name("DescribeShareGroupOffsets").request_class()
-    with RawClient(port) as c:
-        r = c.call(
-            "DescribeShareGroupOffsets",
-            1,
-            groups=[R.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)],
-        )
-    g = r.groups[0]
-    return {(t.topic_name, p.partition_index): (p.start_offset, p.lag) for t in g.topics for p in t.partitions}
 
 
 def rows(stdout: str) -> list[list[str]]:

@@ -22,8 +22,8 @@ import pytest
 from shoal.client.cli.main import _VALUED, build_parser
 from shoal.client.cli.shapes import SHAPES, validate
 from shoal.client.cli.support import UsageError, kafka_actions, split_config_list
-from shoal.protocol.api import api_by_name
-from tests.support.brokers import ROOT, InProcessBroker, RawClient
+from tests.support.brokers import ROOT, InProcessBroker
+from tests.support.wire import raw_share_offsets
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient  # noqa: E402
@@ -96,19 +96,6 @@ def produce(b, topic: str, counts: dict[int, int]) -> None:
         for i in range(n):
             p.produce(topic, value=f"p{partition}-{i}".encode(), partition=partition)
     assert p.flush(15) == 0
-
-
-def raw_share_offsets(port: int, group: str) -> dict:
-    R = api_by_name("DescribeShareGroupOffsets").request_class()
-    with RawClient(port) as c:
-        r = c.call(
-            "DescribeShareGroupOffsets",
-            1,
-            groups=[R.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)],
-        )
-    return {
-        (t.topic_name, p.partition_index): (p.start_offset, p.lag) for t in r.groups[0].topics for p in t.partitions
-    }
 
 
 # -- pure parts ---------------------------------------------------------------------------------

@@ -6,27 +6,14 @@ from __future__ import annotations
 import errno
 import json
 import time
-import urllib.error
-import urllib.request
-
-import pytest
 
 from shoal.protocol.records import build_batch
 from shoal.testing import EmbeddedBroker
 from tests.support.brokers import BrokerProcess, RawClient
 from tests.support.clients import _produce_topic
+from tests.support.http import http_get
 from tests.support.share_clients import produce
 from tests.support.wire import create
-
-pytestmark = pytest.mark.e2e
-
-
-def http_get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def test_ready_turns_503_when_the_log_directory_goes_offline() -> None:

@@ -44,3 +44,17 @@ def hb(c: RawClient, gid: str, member: str, epoch: int, subs: list[str] | None =
 
 def describe(c: RawClient, gid: str):
     return c.call("ShareGroupDescribe", 1, group_ids=[gid], include_authorized_operations=False).groups[0]
+
+
+def raw_share_offsets(port: int, group: str) -> dict:
+    """{(topic, partition): (start offset, lag)} of a share group, by a raw DescribeShareGroupOffsets."""
+    R = api_by_name("DescribeShareGroupOffsets").request_class()
+    with RawClient(port) as c:
+        r = c.call(
+            "DescribeShareGroupOffsets",
+            1,
+            groups=[R.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)],
+        )
+    return {
+        (t.topic_name, p.partition_index): (p.start_offset, p.lag) for t in r.groups[0].topics for p in t.partitions
+    }

@@ -8,8 +8,6 @@ exposition is scraped over HTTP and parsed with prometheus-client's own parser.
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 
 import confluent_kafka
 import pytest
@@ -20,6 +18,7 @@ from shoal.protocol.constants import ACCEPT, REJECT, RELEASE
 from shoal.protocol.records import build_batch
 from tests.support.brokers import BrokerProcess, RawClient
 from tests.support.clients import _produce_topic
+from tests.support.http import http_get
 from tests.support.share_clients import produce
 from tests.support.share_wire import FAST, acknowledge, acquired, batch, fetch, ready_topic
 from tests.support.wire import create
@@ -34,14 +33,6 @@ def broker(tmp_path_factory):
     assert b.http_port, "the operations listener did not announce its port"
     yield b
     b.stop()
-
-
-def http_get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
