@@ -114,11 +114,18 @@ class Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.dir_lock.acquire()  # DataDirLocked if another broker has it: before anything is read or written
         try:
+            from shoal.broker.net.server import Server
+
+            # The Kafka listener's address first (accepting only once started): see Server.bind.
+            self.server = Server(self)
+            await self.server.bind(*self.config.listener_host_port())
             await self._start_ops()
             await self._start()
         except BaseException:
             if self.ops is not None:
                 await _await_step("closing the operations listener", self.ops.close())
+            if self.server is not None:
+                await _await_step("closing the listener", self.server.close())
             self.dir_lock.release()
             raise
         self.started = True
@@ -131,8 +138,6 @@ class Broker:
         await self.ops.start()
 
     async def _start(self) -> None:
-        from shoal.broker.net.server import Server
-
         fresh = not (self.data_dir / "meta.properties").exists()
         self.cluster_id = self._load_meta()
         self._remove_deleted_dirs()
@@ -158,9 +163,7 @@ class Broker:
         from shoal.broker.share.partition_manager import SharePartitionManager
 
         self.share_partitions = SharePartitionManager(self)
-        self.server = Server(self)
-        host, port = self.config.listener_host_port()
-        await self.server.start(host, port)
+        await self.server.serve()
         self.host, self.port = self.advertised()
         self._background.append(asyncio.create_task(self._retention_loop()))
         self._background.append(asyncio.create_task(self._flush_loop()))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections import Counter
 
 from shoal.broker.config.keys import parse_ip_overrides
@@ -39,17 +40,51 @@ class Server:
         self.frame_pool = FramePool()  # receive buffers of large frames, shared by connections
         self.request_memory = RequestMemory(cfg.get("queued.max.request.bytes"))
         self._servers: list[asyncio.base_events.Server] = []
+        self._held: list[socket.socket] = []  # bound and listening, not yet accepting (bind -> serve)
         self._reaper: asyncio.Task | None = None
         self.bound: list[tuple[str, int]] = []
         listener = getattr(cfg, "listener", None)
         self.listener_name = listener.name if listener is not None else "PLAINTEXT"  # for /metrics' labels
 
-    async def start(self, host: str, port: int) -> None:
+    async def bind(self, host: str, port: int) -> None:
+        """Take the listener's address now: bound and listening, accepting only from `serve`.
+
+        The broker does this first thing at start, before its operations listener asks
+        for a free port and before its logs recover. An in-process restart binds the port
+        its previous run had been given as a free one, and a port-0 bind in between (its
+        own operations listener's, once) could take it. A listening socket cannot be
+        taken, even by a SO_REUSEADDR bind; a socket only bound can. Connections that
+        arrive before `serve` wait in the backlog, as with Kafka's acceptor.
+        """
         loop = asyncio.get_running_loop()
-        srv = await loop.create_server(lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024)
-        self._servers.append(srv)
-        for sock in srv.sockets:
+        infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in dict.fromkeys((i[0], i[1], i[2], i[3], i[4]) for i in infos):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+                sock.listen(1024)
+                sock.setblocking(False)
+            except OSError:
+                sock.close()
+                self._close_held()
+                raise
+            self._held.append(sock)
             self.bound.append(sock.getsockname()[:2])
+
+    def _close_held(self) -> None:
+        for sock in self._held:
+            sock.close()
+        self._held.clear()
+
+    async def serve(self) -> None:
+        """Start accepting on what `bind` took (logs recovered, the broker ready for requests)."""
+        loop = asyncio.get_running_loop()
+        held, self._held = self._held, []
+        for sock in held:
+            self._servers.append(await loop.create_server(lambda: Connection(self), sock=sock, backlog=1024))
         log.info("listening on %s", ", ".join(f"{h}:{p}" for h, p in self.bound))
         if self._reaper is None:
             self._reaper = asyncio.create_task(self._reap_idle())
@@ -114,6 +149,7 @@ class Server:
             await asyncio.sleep(0.01)
 
     async def close(self) -> None:
+        self._close_held()
         if self._reaper is not None:
             self._reaper.cancel()
         for conn in list(self.connections):
