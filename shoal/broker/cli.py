@@ -84,10 +84,12 @@ async def run(config: BrokerConfig) -> int:
         logging.getLogger("shoal").error("cannot start: %s", e)
         return 1
     fmt = str(config.get("log.format")).lower()
-    for host, port in broker.server.bound:
-        announce(f"shoal broker listening on {host}:{port}", fmt)
+    # The operations listener's lines first: a tool that waits for the broker's line (the sign
+    # that it serves) then finds the other one already written, never half of the pair.
     for host, port in broker.ops.bound:
         announce(f"shoal http listening on {host}:{port}", fmt)
+    for host, port in broker.server.bound:
+        announce(f"shoal broker listening on {host}:{port}", fmt)
     await stop.wait()
     await broker.stop()
     return 0

@@ -52,6 +52,11 @@ def test_json_logs_parse_line_by_line(tmp_path) -> None:
         assert {"time", "level", "logger", "message"} <= set(o), o
     messages = [o["message"] for o in objects]
     assert any(m.startswith("shoal broker listening on") for m in messages)
+    # the operations listener's line comes first: whoever waits for the broker's line (as
+    # BrokerProcess does) has then read both, never half of the pair
+    first_http = min(i for i, m in enumerate(messages) if m.startswith("shoal http listening on"))
+    first_broker = min(i for i, m in enumerate(messages) if m.startswith("shoal broker listening on"))
+    assert first_http < first_broker
     assert any(m.startswith("shutdown complete") for m in messages)
 
 
