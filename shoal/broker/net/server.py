@@ -59,7 +59,10 @@ class Server:
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         for family, kind, proto, _, address in dict.fromkeys((i[0], i[1], i[2], i[3], i[4]) for i in infos):
-            sock = socket.socket(family, kind, proto)
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # a family this host lacks (IPv6 in some containers): skipped, as asyncio does
+                continue
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if family == socket.AF_INET6:
@@ -73,6 +76,8 @@ class Server:
                 raise
             self._held.append(sock)
             self.bound.append(sock.getsockname()[:2])
+        if not self._held:
+            raise OSError(f"no address to listen on for {host or '*'}:{port}")
 
     def _close_held(self) -> None:
         for sock in self._held:
