@@ -25,12 +25,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from shoal.protocol.api import api_by_name  # noqa: E402
 from shoal.protocol.constants import (  # noqa: E402
-    AlterConfigOpType,
-    ConfigResourceType,
     IsolationLevel,
     ListOffsetsTimestamp,
 )
 from tests.support.brokers import RawClient  # noqa: E402
+from tests.support.wire import group_config  # noqa: E402,F401 (the benchmarks take it from here)
 
 MIB = 1 << 20
 RECORD = 1024
@@ -93,28 +92,6 @@ def create_topic(port: int, name: str, partitions: int) -> None:
             timeout_ms=10000,
         )
     assert resp.topics[0].error_code == 0, resp.topics[0]
-
-
-def group_config(port: int, group: str, **configs: str) -> None:
-    """Group configs (IncrementalAlterConfigs, resource type 32), e.g. share.auto.offset.reset."""
-    IAC = api_by_name("IncrementalAlterConfigs").request_class()
-    with RawClient(port) as c:
-        resp = c.call(
-            "IncrementalAlterConfigs",
-            1,
-            resources=[
-                IAC.AlterConfigsResource(
-                    resource_type=ConfigResourceType.GROUP,
-                    resource_name=group,
-                    configs=[
-                        IAC.AlterableConfig(name=k.replace("_", "."), config_operation=AlterConfigOpType.SET, value=v)
-                        for k, v in configs.items()
-                    ],
-                )
-            ],
-            validate_only=False,
-        )
-    assert resp.responses[0].error_code == 0, resp
 
 
 def share_offsets(c: RawClient, group: str) -> list[tuple[int, int, int]]:

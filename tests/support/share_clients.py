@@ -8,9 +8,11 @@ import pytest
 
 from shoal.client.share.consumer import AsyncShareConsumer
 from shoal.protocol.api import api_by_name
-from shoal.protocol.constants import AlterConfigOpType, ConfigResourceType
 from tests.support.brokers import RawClient
-from tests.support.wire import create
+from tests.support.wire import (
+    create,
+    group_config,
+)
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -22,27 +24,6 @@ FAST = (
     "group.share.heartbeat.interval.ms=200",
     "group.share.min.record.lock.duration.ms=1000",
 )
-
-
-def group_config(port: int, group: str, **configs: str) -> None:
-    IAC = api_by_name("IncrementalAlterConfigs").request_class()
-    with RawClient(port) as c:
-        resp = c.call(
-            "IncrementalAlterConfigs",
-            1,
-            resources=[
-                IAC.AlterConfigsResource(
-                    resource_type=ConfigResourceType.GROUP,
-                    resource_name=group,
-                    configs=[
-                        IAC.AlterableConfig(name=k.replace("_", "."), config_operation=AlterConfigOpType.SET, value=v)
-                        for k, v in configs.items()
-                    ],
-                )
-            ],
-            validate_only=False,
-        )
-    assert resp.responses[0].error_code == 0, resp
 
 
 def produce(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import AlterConfigOpType, ConfigResourceType
 from tests.support.brokers import RawClient, fetch_request
 
 
@@ -58,3 +59,25 @@ def raw_share_offsets(port: int, group: str) -> dict:
     return {
         (t.topic_name, p.partition_index): (p.start_offset, p.lag) for t in r.groups[0].topics for p in t.partitions
     }
+
+
+def group_config(port: int, group: str, **configs: str) -> None:
+    """Group configs by IncrementalAlterConfigs (resource type GROUP), e.g. share_auto_offset_reset="earliest"."""
+    IAC = api_by_name("IncrementalAlterConfigs").request_class()
+    with RawClient(port) as c:
+        resp = c.call(
+            "IncrementalAlterConfigs",
+            1,
+            resources=[
+                IAC.AlterConfigsResource(
+                    resource_type=ConfigResourceType.GROUP,
+                    resource_name=group,
+                    configs=[
+                        IAC.AlterableConfig(name=k.replace("_", "."), config_operation=AlterConfigOpType.SET, value=v)
+                        for k, v in configs.items()
+                    ],
+                )
+            ],
+            validate_only=False,
+        )
+    assert resp.responses[0].error_code == 0, resp

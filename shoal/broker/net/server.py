@@ -58,7 +58,7 @@ class Server:
         """
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        for family, kind, proto, _, address in dict.fromkeys((i[0], i[1], i[2], i[3], i[4]) for i in infos):
+        for family, kind, proto, _, address in dict.fromkeys(infos):  # (getaddrinfo may repeat an entry)
             try:
                 sock = socket.socket(family, kind, proto)
             except OSError:  # a family this host lacks (IPv6 in some containers): skipped, as asyncio does
