@@ -53,6 +53,7 @@ from shoal.broker.log.flusher import Flusher
 from shoal.broker.log.log_dir import LogDir
 from shoal.broker.log.writer import ThreadedWriter
 from shoal.broker.metrics.counters import BrokerStats
+from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.fetch_session import FetchSessionCache
 from shoal.broker.partition.partition import Partition, fetch_key
 from shoal.broker.partition.producer_ids import ProducerIdManager
@@ -101,6 +102,7 @@ class Broker:
         self.server: Any = None
         self.host = ""
         self.port = 0
+        self._endpoints: dict[str, tuple[str, int]] = {}  # other listeners' advertised addresses
         self._background: list[asyncio.Task] = []
         self.clean_start = True
         self.stopped = asyncio.Event()
@@ -118,7 +120,8 @@ class Broker:
 
             # The Kafka listener's address first (accepting only once started): see Server.bind.
             self.server = Server(self)
-            await self.server.bind(*self.config.listener_host_port())
+            for listener in self.config.endpoints:
+                await self.server.bind(listener)
             await self._start_ops()
             await self._start()
         except BaseException:
@@ -170,13 +173,27 @@ class Broker:
         self._background.append(asyncio.create_task(self._cleaner_loop()))
         log.info("broker %d started (cluster %s, data %s)", self.node_id, self.cluster_id, self.data_dir)
 
-    def advertised(self) -> tuple[str, int]:
-        host, port = self.config.advertised_host_port()
-        if port == 0 and self.server and self.server.bound:
-            port = self.server.bound[0][1]
+    def advertised(self, listener: str | None = None) -> tuple[str, int]:
+        """The address clients of ``listener`` (default: the first) are told to use."""
+        name = listener or self.config.listener.name
+        own = self.config.advertised_for(name)
+        host, port = own.host, own.port
+        bound = (self.server.bound_by_listener.get(name) if self.server else None) or []
+        if port == 0 and bound:
+            port = bound[0][1]
         if not host:
-            host = self.server.bound[0][0] if self.server and self.server.bound else "127.0.0.1"
+            host = bound[0][0] if bound else "127.0.0.1"
         return host, port
+
+    def endpoint(self, ctx: RequestContext) -> tuple[str, int]:
+        """This broker's address as the client that sent ``ctx`` must reach it (its listener's)."""
+        name = ctx.listener
+        if name == self.config.listener.name:
+            return self.host, self.port
+        cached = self._endpoints.get(name)
+        if cached is None:
+            cached = self._endpoints[name] = self.advertised(name)
+        return cached
 
     async def stop(self) -> None:
         """Shut down; every step runs even if an earlier one failed (a full disk, say)."""

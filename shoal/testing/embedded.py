@@ -145,6 +145,7 @@ class EmbeddedBroker:
         self.faults = FaultInjector()  # kept across restarts
         self._broker: Broker | None = None
         self._port = 0
+        self._ports: dict[str, int] = {}  # listener name -> its port, once started
         self._http_port = 0
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the broker runs on
         self._thread: threading.Thread | None = None  # set in synchronous use
@@ -161,6 +162,12 @@ class EmbeddedBroker:
     @property
     def port(self) -> int:
         return self._port
+
+    def listener_port(self, name: str) -> int:
+        """The port listener ``name`` (as in ``listeners``, any case) was bound to."""
+        if not self._ports:
+            raise RuntimeError("the embedded broker is not started")
+        return self._ports[name.upper()]
 
     @property
     def http_port(self) -> int:
@@ -209,6 +216,7 @@ class EmbeddedBroker:
         await broker.start()
         self._broker = broker
         self._port = broker.server.bound[0][1]
+        self._ports = {name: addrs[0][1] for name, addrs in broker.server.bound_by_listener.items()}
         self._http_port = broker.ops.port if broker.ops is not None else 0
 
     async def astop(self, clean: bool = True, *, lose_unflushed: bool = True) -> None:

@@ -463,11 +463,38 @@ def test_listener_rules() -> None:
         cfg(listeners="PLAINTEXT://:9092,SSL://:9093")
     assert "SSL://:9093 (SSL)" in str(e.value)
     with raises("listeners") as e:
-        cfg(
-            listeners="PLAINTEXT://:9092,INTERNAL://127.0.0.1:9095",
-            listener_security_protocol_map="PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
-        )
-    assert "INTERNAL://127.0.0.1:9095 (PLAINTEXT)" in str(e.value)
+        cfg(listeners="PLAINTEXT://:9092,INTERNAL://127.0.0.1:9092", listener_security_protocol_map=_TWO)
+    assert "its own port" in str(e.value)
+
+
+_TWO = "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT"
+
+
+def test_several_listeners_and_their_own_settings() -> None:
+    c = BrokerConfig.from_sources(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9095",
+            "listener.security.protocol.map": _TWO,
+            "advertised.listeners": "PLAINTEXT://a.example:9092,INTERNAL://b.example:19095",
+            "listener.name.internal.max.connections": "7",
+        }
+    )
+    assert [e.name for e in c.endpoints] == ["PLAINTEXT", "INTERNAL"]
+    assert (c.advertised_for("INTERNAL").host, c.advertised_for("INTERNAL").port) == ("b.example", 19095)
+    assert c.advertised_listener.host == "a.example"  # the first listener's
+    assert c.for_listener("INTERNAL", "max.connections") == 7
+    assert c.for_listener("internal", "max.connections") == 7
+    assert c.for_listener("PLAINTEXT", "max.connections") == c.get("max.connections")
+    assert c.with_overrides({"log.retention.ms": 5}).for_listener("INTERNAL", "max.connections") == 7
+    for bad in (
+        {"listener.name.other.max.connections": "7"},  # no such listener
+        {"listener.name.internal.no.such.setting": "7"},
+        {"listener.name.internal.max.connections": "-5"},  # the setting's own bounds
+    ):
+        with pytest.raises(ConfigError):
+            BrokerConfig.from_sources(
+                {"listeners": "PLAINTEXT://:9092,INTERNAL://:9095", "listener.security.protocol.map": _TWO} | bad
+            )
     with raises("advertised.listeners"):
         cfg(advertised_listeners="OTHER://h:1")
     with raises("advertised.listeners"):

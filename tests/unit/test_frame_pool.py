@@ -156,10 +156,12 @@ class _Server:
         for conn in waiters:
             conn.retry_memory()
 
-    def admit(self, ip: str) -> None:  # no connection limits here (tests/wire/test_connection_limits.py)
+    def admit(
+        self, ip: str, listener: str | None = None
+    ) -> None:  # no connection limits here (tests/wire/test_connection_limits.py)
         return None
 
-    def release(self, ip: str) -> None:
+    def release(self, ip: str, listener: str | None = None) -> None:
         pass
 
 

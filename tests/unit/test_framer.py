@@ -346,10 +346,10 @@ class _Server:
         for conn in waiters:
             conn.retry_memory()
 
-    def admit(self, ip: str) -> None:
+    def admit(self, ip: str, listener: str | None = None) -> None:
         return None
 
-    def release(self, ip: str) -> None:
+    def release(self, ip: str, listener: str | None = None) -> None:
         pass
 
 

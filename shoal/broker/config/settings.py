@@ -33,7 +33,7 @@ import os
 import re
 import socket
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -178,6 +178,9 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
 # --- listeners ---------------------------------------------------------------------
 
 _WILDCARDS: Final = ("", "0.0.0.0", "::")
+LISTENER_PREFIX: Final = "listener.name."
+# Security protocols a listener may speak; one that is not here is refused at start.
+SERVED_SECURITY_PROTOCOLS: Final = ("PLAINTEXT",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +319,9 @@ class BrokerConfig:
     sources: Mapping[str, ConfigSource]
     endpoints: tuple[Listener, ...]
     advertised_endpoints: tuple[Listener, ...]
+    # listener.name.<listener>.<setting> overrides: listener name (upper case) -> setting -> typed
+    # value. A mechanism-scoped setting keeps its mechanism: "scram-sha-256.sasl.jaas.config".
+    per_listener: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
 
     # -- construction --
     @classmethod
@@ -341,6 +347,9 @@ class BrokerConfig:
     def with_overrides(self, changes: Mapping[str, Any]) -> BrokerConfig:
         """A copy with ``changes`` applied as overrides (None resets to the default)."""
         explicit = {n: (v, s) for n, v in self.values.items() if (s := self.sources[n]) is not _DEFAULT}
+        for listener, settings in self.per_listener.items():
+            for setting, value in settings.items():
+                explicit[f"{LISTENER_PREFIX}{listener.lower()}.{setting}"] = (value, _FILE)
         for key, raw in changes.items():
             name = BROKER_CONFIGS[key].name  # unknown names fail here
             if raw is None:
@@ -353,6 +362,8 @@ class BrokerConfig:
     def _build(cls, explicit: Mapping[str, tuple[Any, ConfigSource]]) -> BrokerConfig:
         values = BROKER_CONFIGS.defaults()
         sources = dict.fromkeys(values, _DEFAULT)
+        listener_explicit = {n: v for n, (v, _) in explicit.items() if n.startswith(LISTENER_PREFIX)}
+        explicit = {n: v for n, v in explicit.items() if not n.startswith(LISTENER_PREFIX)}
         for name, (raw, source) in explicit.items():
             values[name] = BROKER_CONFIGS[name].parse(raw)
             sources[name] = source
@@ -368,22 +379,21 @@ class BrokerConfig:
             raise ConfigError("group.coordinator.rebalance.protocols", "must include classic")
         protocols = _parse_protocol_map(values["listener.security.protocol.map"])
         endpoints = tuple(parse_listener(u, protocols) for u in values["listeners"])
-        if not any(e.security_protocol == "PLAINTEXT" for e in endpoints):
-            raise ConfigError(
-                "listeners", "Shoal needs at least one PLAINTEXT listener", render_value(values["listeners"])
-            )
-        # One place to relax when more listeners are served (TLS, SASL, several names): until then
-        # a listener that would not be bound stops the broker, instead of being silently ignored.
-        if len(endpoints) > 1:
-            served = endpoints[next(i for i, e in enumerate(endpoints) if e.security_protocol == "PLAINTEXT")]
-            ignored = [f"{e.name}://{e.host}:{e.port} ({e.security_protocol})" for e in endpoints if e is not served]
+        unserved = [e for e in endpoints if e.security_protocol not in SERVED_SECURITY_PROTOCOLS]
+        if unserved:  # refused, never served as something weaker than asked
             raise ConfigError(
                 "listeners",
-                f"Shoal serves one PLAINTEXT listener; these would not be served: {', '.join(ignored)}",
+                "Shoal does not serve "
+                + ", ".join(f"{e.name}://{e.host}:{e.port} ({e.security_protocol})" for e in unserved)
+                + f"; it serves {', '.join(SERVED_SECURITY_PROTOCOLS)}",
                 render_value(values["listeners"]),
             )
+        ports = [e.port for e in endpoints if e.port != 0]
+        if len(set(ports)) != len(ports):
+            raise ConfigError("listeners", "each listener needs its own port", render_value(values["listeners"]))
         advertised = cls._advertised(values["advertised.listeners"], endpoints, protocols)
-        return cls(MappingProxyType(values), MappingProxyType(sources), endpoints, advertised)
+        per_listener = _per_listener(listener_explicit, {e.name for e in endpoints})
+        return cls(MappingProxyType(values), MappingProxyType(sources), endpoints, advertised, per_listener)
 
     @staticmethod
     def _advertised(
@@ -477,14 +487,30 @@ class BrokerConfig:
 
     @property
     def listener(self) -> Listener:
-        """The first PLAINTEXT listener: the one Shoal binds."""
-        return next(e for e in self.endpoints if e.security_protocol == "PLAINTEXT")
+        """The first listener: the one named in start-up lines and reached by in-process tools."""
+        return self.endpoints[0]
 
     @property
     def advertised_listener(self) -> Listener:
         """What clients are told for ``listener``."""
-        own = self.listener
+        return self.advertised_for(self.listener.name)
+
+    def advertised_for(self, name: str) -> Listener:
+        """What clients that came in on listener ``name`` are told (Kafka answers each request
+        with the addresses of the listener it arrived on)."""
+        own = next(e for e in self.endpoints if e.name == name)
         return next((a for a in self.advertised_endpoints if a.name == own.name), _routable(own))
+
+    def for_listener(self, listener: str, name: str, mechanism: str | None = None) -> Any:
+        """Setting ``name`` as listener ``listener`` sees it: its listener.name.<l>.[<mechanism>.]<name>
+        override if set, else the broker-wide value (None for a mechanism-scoped setting nobody set)."""
+        own = self.per_listener.get(listener.upper(), {})
+        if mechanism is not None:
+            scoped = f"{mechanism.lower()}.{name}"
+            return own.get(scoped)
+        if name in own:
+            return own[name]
+        return self.values[BROKER_CONFIGS[name].name]
 
     def listener_host_port(self) -> tuple[str, int]:
         return self.listener.host, self.listener.port
@@ -535,6 +561,26 @@ class BrokerConfig:
             ConfigSynonym(n, render_value(d), _DEFAULT) for n in chain if (d := BROKER_CONFIGS[n].default) is not None
         ]
         return tuple(explicit + defaults)
+
+
+def _per_listener(explicit: Mapping[str, Any], names: set[str]) -> Mapping[str, Mapping[str, Any]]:
+    """Parse listener.name.<listener>.[<mechanism>.]<setting> entries (Kafka's per-listener
+    overrides); the listener must be one of ``listeners``, the setting one the broker knows."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, raw in explicit.items():
+        rest = key[len(LISTENER_PREFIX) :]
+        listener, _, setting = rest.partition(".")
+        if listener.upper() not in names:
+            raise ConfigError(key, f"listener {listener} is not among the names in listeners", str(raw))
+        scope = ""
+        if setting not in BROKER_CONFIGS:
+            mechanism, _, inner = setting.partition(".")
+            if inner not in BROKER_CONFIGS or not mechanism:
+                raise ConfigError(key, f"{setting} is not a setting Shoal knows", "")
+            scope, setting = mechanism.lower() + ".", inner
+        known = BROKER_CONFIGS[setting]
+        out.setdefault(listener.upper(), {})[scope + known.name] = None if raw is None else known.parse(raw)
+    return MappingProxyType({k: MappingProxyType(v) for k, v in out.items()})
 
 
 def _routable(listener: Listener) -> Listener:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from shoal.broker.handlers import HandlerTable
     from shoal.broker.log.flusher import Flusher
     from shoal.broker.metrics.counters import BrokerStats
+    from shoal.broker.net.contract import RequestContext
     from shoal.broker.partition.fetch_session import FetchSessionCache
     from shoal.broker.partition.partition import Partition
     from shoal.broker.partition.producer_ids import ProducerIdManager
@@ -46,6 +47,9 @@ class Broker(Protocol):
     port: int
     config: BrokerConfig
     clock: Clock
+
+    def endpoint(self, ctx: RequestContext) -> tuple[str, int]: ...  # this node, as ctx's listener advertises it
+
     handlers: HandlerTable  # ApiVersions answers from the same table that dispatches
     stats: BrokerStats  # counters behind /metrics, bumped where things happen
 

@@ -32,7 +32,7 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: messages.F
         if req.key_type == CoordinatorType.GROUP and key and _offline(broker.groups.runtime, key):
             c.error_code, c.node_id, c.port, c.host = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ""
         elif req.key_type == CoordinatorType.GROUP and key:
-            c.node_id, c.host, c.port = broker.node_id, broker.host, broker.port
+            c.node_id, (c.host, c.port) = broker.node_id, broker.endpoint(ctx)
         elif req.key_type == CoordinatorType.GROUP:
             c.error_code, c.node_id, c.port, c.host = ErrorCode.INVALID_REQUEST, -1, -1, ""
             c.error_message = "empty group id"
@@ -40,7 +40,7 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: messages.F
             if _valid_share_key(key) and _offline(broker.share_coordinator.runtime, key):
                 c.error_code, c.node_id, c.port, c.host = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ""
             elif _valid_share_key(key):
-                c.node_id, c.host, c.port = broker.node_id, broker.host, broker.port
+                c.node_id, (c.host, c.port) = broker.node_id, broker.endpoint(ctx)
             else:
                 c.error_code, c.node_id, c.port, c.host = ErrorCode.INVALID_REQUEST, -1, -1, ""
                 c.error_message = f"Share coordinator key {key!r} is not groupId:topicId:partition."

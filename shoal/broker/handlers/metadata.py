@@ -112,9 +112,10 @@ def handle_metadata(broker: Broker, ctx: RequestContext, req: messages.MetadataR
                     out.append(cls.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=rt.name))
                     continue
             out.append(topic_metadata(broker, t, cls))
+    host, port = broker.endpoint(ctx)
     return cls(
         throttle_time_ms=0,
-        brokers=[cls.MetadataResponseBroker(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)],
+        brokers=[cls.MetadataResponseBroker(node_id=broker.node_id, host=host, port=port, rack=None)],
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
         topics=out,
@@ -131,12 +132,13 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: messages.D
             endpoint_type=req.endpoint_type,
             cluster_id=broker.cluster_id,
         )
+    host, port = broker.endpoint(ctx)
     return cls(
         error_code=0,
         endpoint_type=1,
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
-        brokers=[cls.DescribeClusterBroker(broker_id=broker.node_id, host=broker.host, port=broker.port, rack=None)],
+        brokers=[cls.DescribeClusterBroker(broker_id=broker.node_id, host=host, port=port, rack=None)],
     )
 
 

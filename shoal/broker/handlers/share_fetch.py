@@ -185,8 +185,9 @@ def _leader(cls: Any, broker: Broker) -> Any:
     return cls.LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=0)
 
 
-def _endpoints(cls: Any, broker: Broker) -> list:
-    return [cls.NodeEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)]
+def _endpoints(cls: Any, broker: Broker, ctx: RequestContext) -> list:
+    host, port = broker.endpoint(ctx)
+    return [cls.NodeEndpoint(node_id=broker.node_id, host=host, port=port, rack=None)]
 
 
 async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.ShareFetchRequest) -> Any:
@@ -289,7 +290,7 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
         error_message=None,
         acquisition_lock_timeout_ms=lock_ms,
         responses=list(by_topic.values()),
-        node_endpoints=_endpoints(cls, broker),
+        node_endpoints=_endpoints(cls, broker, ctx),
     )
 
 
@@ -339,7 +340,7 @@ async def handle_share_acknowledge(broker: Broker, ctx: RequestContext, req: mes
             )
     out = top(0, None)
     out.responses = list(by_topic.values())
-    out.node_endpoints = _endpoints(cls, broker)
+    out.node_endpoints = _endpoints(cls, broker, ctx)
     return out
 
 

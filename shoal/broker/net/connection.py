@@ -37,9 +37,11 @@ from collections import deque
 from time import perf_counter_ns
 from typing import Any
 
+from shoal.broker.config.settings import Listener
 from shoal.broker.metrics.counters import BrokerStats
 from shoal.broker.net.buffers import FramePool
 from shoal.broker.net.contract import NO_RESPONSE, ConnectionOwner, RequestContext
+from shoal.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from shoal.protocol.api import api_by_name
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.frames import PREFIX, Framer, UnsupportedRequest, decode_request, encode_response
@@ -75,9 +77,14 @@ class _Slot:
 
 
 class Connection(asyncio.BufferedProtocol):
-    def __init__(self, server: ConnectionOwner) -> None:
+    def __init__(self, server: ConnectionOwner, listener: Listener | None = None) -> None:
         self.server = server
         self.broker = server.broker
+        # The listener this connection came in on (its name picks the advertised addresses and
+        # the listener.name.<l>.* settings), and who the peer has proved to be so far.
+        self.listener = listener.name if listener is not None else getattr(server, "listener_name", "PLAINTEXT")
+        self.security_protocol = listener.security_protocol if listener is not None else "PLAINTEXT"
+        self.principal: KafkaPrincipal = ANONYMOUS
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.max_frame = server.max_frame_bytes
@@ -117,7 +124,7 @@ class Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self._ip = peer[0] if peer else "?"
-        refused = self.server.admit(self._ip)
+        refused = self.server.admit(self._ip, self.listener)
         if refused is not None:
             log.info("refusing connection from %s: %s", self.peer, refused)
             self._closed = True
@@ -126,8 +133,7 @@ class Connection(asyncio.BufferedProtocol):
         self._admitted = True
         self.server.connections.add(self)
         created = self._stats.connections_created
-        name = getattr(self.server, "listener_name", "PLAINTEXT")
-        created[name] = created.get(name, 0) + 1
+        created[self.listener] = created.get(self.listener, 0) + 1
         transport.set_write_buffer_limits(high=4 * 1024 * 1024)
         try:
             self._loop = asyncio.get_running_loop()
@@ -142,7 +148,7 @@ class Connection(asyncio.BufferedProtocol):
         if not self._admitted:
             return  # refused at accept: nothing was set up
         self._admitted = False
-        self.server.release(self._ip)
+        self.server.release(self._ip, self.listener)
         for buf in (self._big, self._spec):
             if buf is not None:
                 self._give(buf)

@@ -19,6 +19,12 @@ __all__ = ["NO_RESPONSE", "ConnectionOwner", "Dispatcher", "RequestContext", "Re
 NO_RESPONSE = object()  # a handler result meaning "send nothing" (acks=0 produce)
 
 
+def _anonymous() -> Any:
+    from shoal.broker.security.principal import ANONYMOUS
+
+    return ANONYMOUS
+
+
 class Requester(Protocol):
     """The connection a request came in on, as handlers see it."""
 
@@ -45,6 +51,23 @@ class RequestContext:
     def peer(self) -> str:
         return self.connection.peer
 
+    @property
+    def listener(self) -> str:
+        """The name of the listener the request came in on."""
+        return getattr(self.connection, "listener", "PLAINTEXT")
+
+    @property
+    def principal(self) -> Any:
+        """Who asked: a security.principal.KafkaPrincipal (User:ANONYMOUS until proved otherwise)."""
+        return getattr(self.connection, "principal", None) or _anonymous()
+
+    @property
+    def client_host(self) -> str:
+        """The peer's address without its port (what ACLs' host field matches)."""
+        peer = self.connection.peer
+        host = peer.rpartition(":")[0] if ":" in peer else peer
+        return host.strip("[]")
+
 
 class Dispatcher(Protocol):
     """The broker, as the network layer sees it."""
@@ -70,8 +93,8 @@ class ConnectionOwner(Protocol):
     max_frame_bytes: int
     max_queued_requests: int
 
-    def admit(self, ip: str) -> Any: ...
+    def admit(self, ip: str, listener: str | None = None) -> Any: ...
 
-    def release(self, ip: str) -> None: ...
+    def release(self, ip: str, listener: str | None = None) -> None: ...
 
     def memory_freed(self, waiters: list[Any]) -> None: ...

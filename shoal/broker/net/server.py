@@ -9,11 +9,13 @@ in-flight requests finish, close).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 from collections import Counter
 
 from shoal.broker.config.keys import parse_ip_overrides
+from shoal.broker.config.settings import Listener
 from shoal.broker.net.buffers import FramePool, RequestMemory
 from shoal.broker.net.connection import Connection
 from shoal.broker.net.contract import Dispatcher
@@ -36,17 +38,26 @@ class Server:
         self.max_per_ip = cfg.get("max.connections.per.ip")
         self.per_ip_overrides = parse_ip_overrides(cfg.get("max.connections.per.ip.overrides"))
         self.per_ip: Counter[str] = Counter()
+        self.per_listener: Counter[str] = Counter()
+        self._listener_limits = {
+            e.name: limit
+            for e in getattr(cfg, "endpoints", ())
+            if "max.connections" in cfg.per_listener.get(e.name, {})
+            and (limit := cfg.for_listener(e.name, "max.connections")) is not None
+        }
         self.refused = 0  # connections closed at accept by a limit, ever
         self.frame_pool = FramePool()  # receive buffers of large frames, shared by connections
         self.request_memory = RequestMemory(cfg.get("queued.max.request.bytes"))
         self._servers: list[asyncio.base_events.Server] = []
-        self._held: list[socket.socket] = []  # bound and listening, not yet accepting (bind -> serve)
+        # Bound and listening, not yet accepting (bind -> serve), with the listener each serves.
+        self._held: list[tuple[Listener, socket.socket]] = []
         self._reaper: asyncio.Task | None = None
-        self.bound: list[tuple[str, int]] = []
+        self.bound: list[tuple[str, int]] = []  # every bound address, in the order of `listeners`
+        self.bound_by_listener: dict[str, list[tuple[str, int]]] = {}
         listener = getattr(cfg, "listener", None)
-        self.listener_name = listener.name if listener is not None else "PLAINTEXT"  # for /metrics' labels
+        self.listener_name = listener.name if listener is not None else "PLAINTEXT"  # the first one
 
-    async def bind(self, host: str, port: int) -> None:
+    async def bind(self, listener: Listener) -> None:
         """Take the listener's address now: bound and listening, accepting only from `serve`.
 
         The broker does this first thing at start, before its operations listener asks
@@ -57,7 +68,9 @@ class Server:
         arrive before `serve` wait in the backlog, as with Kafka's acceptor.
         """
         loop = asyncio.get_running_loop()
+        host, port = listener.host, listener.port
         infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        taken = 0
         for family, kind, proto, _, address in dict.fromkeys(infos):  # (getaddrinfo may repeat an entry)
             try:
                 sock = socket.socket(family, kind, proto)
@@ -74,13 +87,16 @@ class Server:
                 sock.close()
                 self._close_held()
                 raise
-            self._held.append(sock)
+            self._held.append((listener, sock))
             self.bound.append(sock.getsockname()[:2])
-        if not self._held:
-            raise OSError(f"no address to listen on for {host or '*'}:{port}")
+            self.bound_by_listener.setdefault(listener.name, []).append(sock.getsockname()[:2])
+            taken += 1
+        if not taken:
+            self._close_held()
+            raise OSError(f"no address to listen on for {listener.name} {host or '*'}:{port}")
 
     def _close_held(self) -> None:
-        for sock in self._held:
+        for _, sock in self._held:
             sock.close()
         self._held.clear()
 
@@ -88,9 +104,13 @@ class Server:
         """Start accepting on what `bind` took (logs recovered, the broker ready for requests)."""
         loop = asyncio.get_running_loop()
         held, self._held = self._held, []
-        for sock in held:
-            self._servers.append(await loop.create_server(lambda: Connection(self), sock=sock, backlog=1024))
-        log.info("listening on %s", ", ".join(f"{h}:{p}" for h, p in self.bound))
+        for listener, sock in held:
+            factory = functools.partial(Connection, self, listener)
+            self._servers.append(await loop.create_server(factory, sock=sock, backlog=1024))
+        log.info(
+            "listening on %s",
+            ", ".join(f"{name} {h}:{p}" for name, addrs in self.bound_by_listener.items() for h, p in addrs),
+        )
         if self._reaper is None:
             self._reaper = asyncio.create_task(self._reap_idle())
 
@@ -108,19 +128,28 @@ class Server:
             else:
                 loop.call_soon(conn.retry_memory)
 
-    def admit(self, ip: str) -> str | None:
-        """Count a new connection from `ip`; the limit it breaks (it is then not counted), or None."""
+    def admit(self, ip: str, listener: str | None = None) -> str | None:
+        """Count a new connection from `ip` on `listener`; the limit it breaks (it is then not
+        counted), or None. max.connections holds for the broker and, through its
+        listener.name.<l>.max.connections override, for one listener."""
+        own = self._listener_limits.get(listener) if listener is not None else None
         if len(self.connections) >= self.max_connections:
             reason = f"max.connections ({self.max_connections})"
+        elif own is not None and self.per_listener[listener] >= own:
+            reason = f"listener.name.{listener.lower()}.max.connections ({own})"  # type: ignore[union-attr]
         elif self.per_ip[ip] >= self.per_ip_overrides.get(ip, self.max_per_ip):
             reason = f"max.connections.per.ip for {ip} ({self.per_ip_overrides.get(ip, self.max_per_ip)})"
         else:
             self.per_ip[ip] += 1
+            if listener is not None:
+                self.per_listener[listener] += 1
             return None
         self.refused += 1
         return reason
 
-    def release(self, ip: str) -> None:
+    def release(self, ip: str, listener: str | None = None) -> None:
+        if listener is not None:
+            self.per_listener[listener] -= 1
         self.per_ip[ip] -= 1
         if self.per_ip[ip] <= 0:
             del self.per_ip[ip]
