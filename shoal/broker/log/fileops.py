@@ -22,6 +22,7 @@ Unarmed, each call costs one attribute test.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -142,3 +143,29 @@ def fsync_dir(path: str | os.PathLike, fsync: Callable[[int], None] = os.fsync) 
 def _check_op(op: str) -> None:
     if op not in _OPS:
         raise ValueError(f"unknown file operation {op!r}; one of {_OPS}")
+
+
+def write_json_durably(path: str | os.PathLike, document: object) -> None:
+    """Replace ``path`` with ``document`` as JSON so that a crash leaves the old or the new file,
+    never a mix: written to a sibling, fsynced, renamed over, and the directory fsynced. For small
+    state files rewritten whole (security metadata: ACLs, SCRAM credentials)."""
+    target = os.fspath(path)
+    directory = os.path.dirname(target) or "."
+    os.makedirs(directory, exist_ok=True)
+    tmp = target + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(document, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    fsync_dir(directory)
+
+
+def read_json(path: str | os.PathLike) -> object | None:
+    """The document `write_json_durably` left at ``path``, or None if there is none yet (a stale
+    ``.tmp`` sibling from a crash mid-write is ignored: the rename never happened)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
