@@ -31,7 +31,8 @@ from tests.support.tls import TlsFiles, make_tls_files, principals
 from tests.support.wire import create, group_config
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka.admin import AdminClient, NewTopic as CkNewTopic  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka.admin import NewTopic as CkNewTopic  # noqa: E402
 
 RULES = r"RULE:^CN=([^,]+),.*$/$1/L,DEFAULT"
 QUIET = {"log_level": 0}
@@ -293,16 +294,16 @@ def test_bundled_client_refuses_an_untrusted_broker(files, broker) -> None:
         async with AsyncAdmin(cfg) as admin:
             await admin.list_topics()
 
-    with pytest.raises(KafkaClientError, match="(?i)certificate"):
+    with pytest.raises(KafkaClientError, match=r"(?i)certificate"):
         asyncio.run(run())
 
 
 def test_bundled_client_settings_are_checked_before_connecting(files) -> None:
-    with pytest.raises(ConfigError, match="ssl.ca.location"):
+    with pytest.raises(ConfigError, match=r"ssl\.ca\.location"):
         AsyncAdmin({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL", "ssl.ca.location": "/nope.pem"})
-    with pytest.raises(ConfigError, match="security.protocol"):
+    with pytest.raises(ConfigError, match=r"security\.protocol"):
         AsyncAdmin({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_SSL"})
-    with pytest.raises(ConfigError, match="ssl.key.location"):
+    with pytest.raises(ConfigError, match=r"ssl\.key\.location"):
         AsyncProducer({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL", "ssl.key.location": "/k"})
 
 

@@ -128,29 +128,40 @@ def _load_key(ctx: ssl.SSLContext, get: Any, fail: Any) -> None:
     if location is not None and inline_key is not None:
         raise fail("ssl.keystore.key", "set either ssl.keystore.location or ssl.keystore.key, not both")
     key = "ssl.keystore.location" if location is not None else "ssl.keystore.key"
+    # The password always goes as a callable returning bytes: never an argument OpenSSL could
+    # echo, and never OpenSSL's own prompt on the terminal for an encrypted key without one.
+    secret = (password or "").encode()
+    text = ""
     try:
         with _pem_file(location, inline_key, inline_chain) as path:
-            # The key password is given as bytes through a callable, so it never is an
-            # argument OpenSSL could echo; an unencrypted key ignores it.
-            ctx.load_cert_chain(path, password=(lambda: password.encode()) if password is not None else None)
+            text = _peek(path)
+            ctx.load_cert_chain(path, password=lambda: secret)
     except FileNotFoundError:
         raise fail(key, f"no file {location!r}") from None
     except PermissionError:
         raise fail(key, f"cannot read {location!r} (permission denied)") from None
     except IsADirectoryError:
         raise fail(key, f"{location!r} is a directory") from None
-    except ssl.SSLError as e:
-        reason = "the key or certificate cannot be read"
-        text = str(e).lower()
-        if "bad decrypt" in text or "bad password" in text or "decrypt" in text:
-            reason = "the private key cannot be decrypted: wrong or missing ssl.key.password"
-        elif "key values mismatch" in text:
-            reason = "the private key does not belong to the certificate"
-        elif "no start line" in text or "pem" in text:
-            reason = "it does not hold a PEM private key and certificate"
-        raise fail(key, reason) from None
-    except (OSError, ValueError, TypeError):
-        raise fail(key, "the key or certificate cannot be read") from None
+    except (ssl.SSLError, OSError, ValueError, TypeError) as e:
+        raise fail(key, _diagnose(text, str(e))) from None
+
+
+def _peek(path: str) -> str:
+    with open(path, encoding="ascii", errors="replace") as f:
+        return f.read(1 << 20)
+
+
+def _diagnose(pem: str, error: str) -> str:
+    """Why OpenSSL refused a key and chain (its own message is mostly "PEM lib")."""
+    if "PRIVATE KEY-----" not in pem:
+        return "it holds no PEM private key (a PEM keystore has the key and the certificate chain)"
+    if "CERTIFICATE-----" not in pem:
+        return "it holds no PEM certificate (a PEM keystore has the key and the certificate chain)"
+    if "ENCRYPTED" in pem:
+        return "the private key cannot be decrypted: wrong or missing ssl.key.password"
+    if "mismatch" in error.lower():
+        return "the private key does not belong to the certificate"
+    return "the key or certificate cannot be read"
 
 
 @contextlib.contextmanager

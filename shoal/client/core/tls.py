@@ -45,18 +45,25 @@ def client_ssl_context(cfg: Mapping[str, Any]) -> ssl.SSLContext | None:
     if key is not None and cert is None:
         raise ConfigError("ssl.key.location", "needs ssl.certificate.location")
     if cert is not None:
+        # Always a callable: without one OpenSSL would prompt on the terminal for an encrypted key.
+        secret = (password or "").encode()
         try:
-            ctx.load_cert_chain(cert, key, password=(lambda: password.encode()) if password is not None else None)
+            ctx.load_cert_chain(cert, key, password=lambda: secret)
         except FileNotFoundError as e:
             which = "ssl.key.location" if key is not None and e.filename == key else "ssl.certificate.location"
             raise ConfigError(which, "no such file") from None
-        except ssl.SSLError as e:
-            text = str(e).lower()
-            if "decrypt" in text or "password" in text:
+        except (ssl.SSLError, OSError, ValueError, TypeError):
+            if _encrypted(key or cert):
                 raise ConfigError(
                     "ssl.key.password", "the key cannot be decrypted with it (or it is missing)"
                 ) from None
             raise ConfigError("ssl.certificate.location", "the certificate and key cannot be read") from None
-        except (OSError, ValueError, TypeError):
-            raise ConfigError("ssl.certificate.location", "the certificate and key cannot be read") from None
     return ctx
+
+
+def _encrypted(path: str) -> bool:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return "ENCRYPTED" in f.read(1 << 20)
+    except OSError:
+        return False
