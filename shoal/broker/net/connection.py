@@ -130,7 +130,7 @@ class Connection(asyncio.BufferedProtocol):
             self._closed = True
             transport.abort()
             return
-        if transport.get_extra_info("ssl_object") is not None:  # TLS: the handshake is done
+        if self.security_protocol in ("SSL", "SASL_SSL"):  # TLS: the handshake is done
             principal = self.server.tls_principal(self.listener, transport)
             if principal is None:  # a certificate no ssl.principal.mapping.rules entry maps
                 self._closed = True
