@@ -213,3 +213,19 @@ def test_broker_command_exits_2_on_a_wrong_key_password(files, tmp_path) -> None
     assert "ssl.key.password" in p.stderr
     assert "Traceback" not in p.stderr
     assert secret not in p.stderr
+
+
+def test_inline_pem_key_chain_and_truststore(files, tmp_path) -> None:
+    """ssl.keystore.key / ssl.keystore.certificate.chain / ssl.truststore.certificates as text
+    (newlines written as \\n, as a properties file holds them) instead of files."""
+    pem = files.broker.read_text()
+    end = pem.index("PRIVATE KEY-----", pem.index("-----END")) + len("PRIVATE KEY-----")
+    key = pem[:end]
+    chain = pem[len(key) :].strip()
+    settings = broker_settings(files, "required")
+    del settings["ssl.keystore.location"], settings["ssl.truststore.location"]
+    settings["ssl.keystore.key"] = key.replace("\n", "\\n")
+    settings["ssl.keystore.certificate.chain"] = chain.replace("\n", "\\n")
+    settings["ssl.truststore.certificates"] = files.ca.read_text()
+    with EmbeddedBroker(settings, data_dir=tmp_path / "d") as eb:
+        _good_client_works(eb, files)
