@@ -226,11 +226,15 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
         f.result(30)
 
 
-def produce_confluent(bootstrap: str, topic: str, size: int, total: int, acks: str) -> tuple[float, int]:
+def produce_confluent(
+    bootstrap: str, topic: str, size: int, total: int, acks: str, extra: dict | None = None
+) -> tuple[float, int]:
+    """``extra``: more librdkafka settings (security_tls.py passes its TLS ones)."""
     from confluent_kafka import Producer
 
     p = Producer(
         {
+            **(extra or {}),
             "bootstrap.servers": bootstrap,
             "acks": acks,
             "linger.ms": 5,
@@ -315,11 +319,12 @@ def produce_kafka_python(bootstrap: str, topic: str, size: int, total: int, acks
     return elapsed, n  # kafka-python: send futures would raise on failure; checked by the fetch count below
 
 
-def fetch_confluent(bootstrap: str, topic: str, expect_bytes: int) -> float:
+def fetch_confluent(bootstrap: str, topic: str, expect_bytes: int, extra: dict | None = None) -> float:
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer(
         {
+            **(extra or {}),
             "bootstrap.servers": bootstrap,
             "group.id": "bench",
             "enable.auto.commit": False,
@@ -598,7 +603,18 @@ def main() -> None:
         "empty; both: only the overhead figures, on and off in alternating rounds",
     )
     ap.add_argument("--rounds", type=int, default=0, help="rounds of --metrics both (default 8, 4 with --quick)")
+    ap.add_argument(
+        "--security",
+        action="store_true",
+        help="only the TLS figures (benchmarks/security_tls.py): produce and fetch MB/s and new connections/s "
+        "over SSL next to PLAINTEXT, one broker with both listeners",
+    )
     args = ap.parse_args()
+    if args.security:
+        from security_tls import report
+
+        report(args.quick)
+        return
     if args.metrics == "both":
         metrics_overhead(args.quick, args.rounds or (4 if args.quick else 8))
         return

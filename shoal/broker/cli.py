@@ -80,6 +80,9 @@ async def run(config: BrokerConfig) -> int:
     except DataDirLocked as e:
         logging.getLogger("shoal").error("cannot start: %s", e)
         return 2
+    except ConfigError as e:  # found at start: a TLS key or file that cannot be used
+        print(f"shoal-broker: invalid configuration: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         logging.getLogger("shoal").error("cannot start: %s", e)
         return 1

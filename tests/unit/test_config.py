@@ -150,6 +150,8 @@ def test_divergences_from_kafka_are_exactly_the_intended_ones() -> None:
         "share.coordinator.state.topic.min.isr",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
+        "ssl.keystore.type",  # PEM: Shoal reads no JKS
+        "ssl.truststore.type",
     }
     assert BROKER_CONFIGS["log.level"].kafka_default is SHOAL_ONLY
     for k in BROKER_CONFIGS:
@@ -457,11 +459,12 @@ def test_listener_rules() -> None:
     with raises("listeners"):
         cfg(listeners="PLAINTEXT://:1,PLAINTEXT://:2")
     with raises("listeners"):
-        cfg(listeners="SSL://:1")  # Shoal speaks PLAINTEXT only
+        cfg(listeners="SASL_SSL://:1")  # a protocol Shoal does not serve (yet)
+    assert cfg(listeners="SSL://:1").endpoints[0].security_protocol == "SSL"  # TLS is served
     # #28: a listener that would not be bound stops the broker (it was silently ignored).
     with raises("listeners") as e:
-        cfg(listeners="PLAINTEXT://:9092,SSL://:9093")
-    assert "SSL://:9093 (SSL)" in str(e.value)
+        cfg(listeners="PLAINTEXT://:9092,SASL_SSL://:9093")
+    assert "SASL_SSL://:9093 (SASL_SSL)" in str(e.value)
     with raises("listeners") as e:
         cfg(listeners="PLAINTEXT://:9092,INTERNAL://127.0.0.1:9092", listener_security_protocol_map=_TWO)
     assert "its own port" in str(e.value)

@@ -140,7 +140,7 @@ def parse_value(key: str, ctype: ConfigType, raw: Any) -> Any:
             return float(str(raw).strip())
         except ValueError:
             raise ConfigError(key, "expected a number", raw) from None
-    if ctype is ConfigType.STRING:
+    if ctype is ConfigType.STRING or ctype is ConfigType.PASSWORD:
         if not isinstance(raw, str):
             raise ConfigError(key, "expected a string", raw)
         return raw.strip()

@@ -180,7 +180,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
 _WILDCARDS: Final = ("", "0.0.0.0", "::")
 LISTENER_PREFIX: Final = "listener.name."
 # Security protocols a listener may speak; one that is not here is refused at start.
-SERVED_SECURITY_PROTOCOLS: Final = ("PLAINTEXT",)
+SERVED_SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL")
 
 
 @dataclass(frozen=True, slots=True)
@@ -538,11 +538,13 @@ class BrokerConfig:
         return [
             ConfigEntry(
                 k.name,
-                render_value(self.values[k.name]),
+                None if k.sensitive else render_value(self.values[k.name]),  # secrets are never shown
                 self.sources[k.name],
                 k.read_only,
                 k.sensitive,
-                self.synonyms(k.name),
+                tuple(ConfigSynonym(s.name, None, s.source) for s in self.synonyms(k.name))
+                if k.sensitive
+                else self.synonyms(k.name),
                 k.type,
                 k.doc,
             )

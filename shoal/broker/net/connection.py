@@ -130,6 +130,14 @@ class Connection(asyncio.BufferedProtocol):
             self._closed = True
             transport.abort()
             return
+        if self.security_protocol in ("SSL", "SASL_SSL"):  # TLS: the handshake is done
+            principal = self.server.tls_principal(self.listener, transport)
+            if principal is None:  # a certificate no ssl.principal.mapping.rules entry maps
+                self._closed = True
+                self.server.release(self._ip, self.listener)
+                transport.abort()
+                return
+            self.principal = principal
         self._admitted = True
         self.server.connections.add(self)
         created = self._stats.connections_created

@@ -19,6 +19,8 @@ from shoal.broker.config.settings import Listener
 from shoal.broker.net.buffers import FramePool, RequestMemory
 from shoal.broker.net.connection import Connection
 from shoal.broker.net.contract import Dispatcher
+from shoal.broker.net.tls import ListenerTls, listener_tls
+from shoal.broker.security.principal import KafkaPrincipal
 
 log = logging.getLogger("shoal.server")
 QUIET_MS = 1000  # a connection this quiet gives back the staging pages of its last burst
@@ -54,6 +56,8 @@ class Server:
         self._reaper: asyncio.Task | None = None
         self.bound: list[tuple[str, int]] = []  # every bound address, in the order of `listeners`
         self.bound_by_listener: dict[str, list[tuple[str, int]]] = {}
+        # One TLS context per SSL/SASL_SSL listener, built now: a bad key or file stops the start.
+        self.tls: dict[str, ListenerTls] = listener_tls(cfg) if getattr(cfg, "endpoints", None) else {}
         listener = getattr(cfg, "listener", None)
         self.listener_name = listener.name if listener is not None else "PLAINTEXT"  # the first one
 
@@ -106,13 +110,29 @@ class Server:
         held, self._held = self._held, []
         for listener, sock in held:
             factory = functools.partial(Connection, self, listener)
-            self._servers.append(await loop.create_server(factory, sock=sock, backlog=1024))
+            tls = self.tls.get(listener.name)
+            if tls is None:
+                self._servers.append(await loop.create_server(factory, sock=sock, backlog=1024))
+                continue
+            # A handshake counts as idle time: a client that stops halfway is dropped after
+            # connections.max.idle.ms, as an idle connection is (the reaper sees connections
+            # only once their handshake is done).
+            self._servers.append(
+                await loop.create_server(
+                    factory, sock=sock, backlog=1024, ssl=tls.context, ssl_handshake_timeout=self.idle_ms / 1000
+                )
+            )
         log.info(
             "listening on %s",
             ", ".join(f"{name} {h}:{p}" for name, addrs in self.bound_by_listener.items() for h, p in addrs),
         )
         if self._reaper is None:
             self._reaper = asyncio.create_task(self._reap_idle())
+
+    def tls_principal(self, listener: str, transport: asyncio.BaseTransport) -> KafkaPrincipal | None:
+        """Who the client certificate says the peer is (ANONYMOUS without one); None: refused."""
+        tls = self.tls.get(listener)
+        return tls.principal(transport) if tls is not None else None
 
     def memory_freed(self, waiters: list[Connection]) -> None:
         """Connections that waited for request memory try again, oldest first, on the next turn."""

@@ -41,6 +41,7 @@ from shoal.client.core.errors import (
     KafkaConnectionError,
     KafkaTimeoutError,
 )
+from shoal.client.core.tls import client_ssl_context
 from shoal.protocol.api import api_by_name
 from shoal.protocol.constants import CoordinatorType
 from shoal.protocol.errors import ErrorCode
@@ -101,6 +102,7 @@ class ClientCore:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.ssl_context = client_ssl_context(config)  # None for PLAINTEXT; shared by every connection
         self.metadata = ClusterMetadata()
         self.wanted_topics: set[str] = set()
         self._conns: dict[int, BrokerConnection] = {}
@@ -202,6 +204,7 @@ class ClientCore:
             client_id=cfg["client.id"],
             request_timeout_ms=cfg["request.timeout.ms"],
             connect_timeout_ms=cfg["socket.connection.setup.timeout.ms"],
+            ssl=self.ssl_context,
         )
 
     async def connection(self, node_id: int) -> BrokerConnection:

@@ -161,6 +161,19 @@ COMMON_OPTIONS: tuple[Option, ...] = (
     Option("reconnect.backoff.max.ms", "int", 1000, "largest pause between reconnects", 0),
     Option("socket.connection.setup.timeout.ms", "int", 10000, "time to open a TCP connection", 1),
     Option("metadata.max.age.ms", "int", 300000, "metadata is refreshed at least this often", 0),
+    # TLS (librdkafka's names; shoal.client.core.tls builds the context)
+    Option("security.protocol", "choice", "plaintext", "plaintext or ssl", choices=("plaintext", "ssl")),
+    Option("ssl.ca.location", "str", None, "PEM file of the CAs the broker's certificate must chain to", nullable=True),
+    Option("ssl.certificate.location", "str", None, "PEM file of this client's certificate (chain)", nullable=True),
+    Option("ssl.key.location", "str", None, "PEM file of this client's private key", nullable=True),
+    Option("ssl.key.password", "str", None, "password of an encrypted ssl.key.location", nullable=True),
+    Option(
+        "ssl.endpoint.identification.algorithm",
+        "choice",
+        "https",
+        "https: the broker's certificate must name the host connected to; none: not checked",
+        choices=("https", "none"),
+    ),
 )
 
 PRODUCER_OPTIONS: tuple[Option, ...] = (
@@ -274,7 +287,6 @@ _TABLES: dict[str, tuple[Option, ...]] = {
 
 _UNSUPPORTED = {
     "transactional.id": "transactions are not supported by this client",
-    "security.protocol": "only PLAINTEXT is supported",
     "sasl.mechanism": "SASL is not supported",
 }
 

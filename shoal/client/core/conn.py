@@ -30,6 +30,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+from ssl import SSLContext
 from typing import Any
 
 from shoal.client.core.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
@@ -109,13 +110,18 @@ class BrokerConnection(asyncio.BufferedProtocol):
         client_id: str | None = SOFTWARE_NAME,
         request_timeout_ms: int = 30000,
         connect_timeout_ms: int = 10000,
+        ssl: SSLContext | None = None,
     ) -> BrokerConnection:
-        """Open a connection and negotiate API versions; raises KafkaConnectionError."""
+        """Open a connection and negotiate API versions; raises KafkaConnectionError.
+
+        With ``ssl`` (``core.tls.client_ssl_context``) the TLS handshake is part of the
+        connect and of its timeout; the host name checked against the certificate is ``host``."""
         loop = asyncio.get_running_loop()
         conn = cls(host, port, node_id, client_id, request_timeout_ms)
+        tls: dict[str, Any] = {} if ssl is None else {"ssl": ssl, "server_hostname": host}
         try:
             async with asyncio.timeout(connect_timeout_ms / 1000):
-                await loop.create_connection(lambda: conn, host, port)
+                await loop.create_connection(lambda: conn, host, port, **tls)
         except (OSError, TimeoutError) as e:
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {e or type(e).__name__}") from None
         try:

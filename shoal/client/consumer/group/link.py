@@ -61,6 +61,7 @@ class CoordinatorLink:
                     client_id=cfg["client.id"],
                     request_timeout_ms=cfg["request.timeout.ms"],
                     connect_timeout_ms=cfg["socket.connection.setup.timeout.ms"],
+                    ssl=self._core.ssl_context,
                 )
             except KafkaClientError:
                 self._core.coordinator_dead(self.key, self.key_type)
