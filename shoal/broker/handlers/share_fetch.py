@@ -29,6 +29,7 @@ from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.authz import GROUP, READ, TopicChecks, allowed
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
 from shoal.broker.net.contract import RequestContext
@@ -79,6 +80,23 @@ async def _apply_acks(
 
     await asyncio.gather(*(one(k, b) for k, b in pending))
     return out
+
+
+def _unreadable(broker: Broker, ctx: RequestContext, keys: Any) -> set[uuid.UUID]:
+    """The topic ids among ``keys`` whose topic the caller may not READ (unknown ids are left to the
+    share-partition manager, which answers UNKNOWN_TOPIC_ID)."""
+    if broker.authorizer is None:
+        return set()
+    may_read = TopicChecks(broker, ctx, READ)
+    out = set()
+    for tid in {k[0] for k in keys}:
+        topic = broker.topics.by_id(tid)
+        if topic is not None and not may_read.ok(topic.name):
+            out.add(tid)
+    return out
+
+
+_TOPIC_DENIED: tuple[int, str | None] = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
 
 
 class ShareFetchOperation:
@@ -206,6 +224,8 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
             responses=[],
         )
 
+    if broker.authorizer is not None and not allowed(broker, ctx, READ, GROUP, gid or ""):
+        return top(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     if not gid or not member:
         return top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set.")
     bad = id_error(gid, member)
@@ -236,11 +256,15 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
         return top(session.error_code, session.message)
 
     renew = version >= 2 and req.is_renew_ack
-    ack_results = (
-        await _apply_acks(broker, gid, member, acks, renew, mgr.setting(gid, "share.renew.acknowledge.enable"))
-        if acks
-        else {}
-    )
+    # READ on each topic (KIP-932): a partition of a topic the caller may not read is neither
+    # acknowledged nor fetched, and answers TOPIC_AUTHORIZATION_FAILED
+    denied = _unreadable(broker, ctx, list(named) + list(acks) + list(session.fetch_partitions))
+    ack_results: dict[PKey, tuple[int, str | None]] = {k: _TOPIC_DENIED for k in acks if k[0] in denied}
+    acks = {k: b for k, b in acks.items() if k[0] not in denied}
+    if acks:
+        ack_results.update(
+            await _apply_acks(broker, gid, member, acks, renew, mgr.setting(gid, "share.renew.acknowledge.enable"))
+        )
 
     op = ShareFetchOperation(broker, gid, member, req, version)
     if session.kind == ContextKind.FINAL:
@@ -248,7 +272,9 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
         if removed is not None:
             mgr.release(gid, member, set(removed.partitions))
     elif not renew:
-        await op.load(list(session.fetch_partitions))
+        wanted = list(session.fetch_partitions)
+        op.errors.update((k, _TOPIC_DENIED) for k in wanted if k[0] in denied)
+        await op.load([k for k in wanted if k[0] not in denied])
         if not op.try_acquire() and not op.errors and req.max_wait_ms > 0 and op.entries:
             future = asyncio.get_running_loop().create_future()
             broker.fetch_purgatory.try_complete_else_watch(
@@ -307,6 +333,8 @@ async def handle_share_acknowledge(broker: Broker, ctx: RequestContext, req: mes
             out.acquisition_lock_timeout_ms = lock_ms
         return out
 
+    if broker.authorizer is not None and not allowed(broker, ctx, READ, GROUP, gid or ""):
+        return top(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     if not gid or not member:
         return top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set.")
     bad = id_error(gid, member)
@@ -317,7 +345,12 @@ async def handle_share_acknowledge(broker: Broker, ctx: RequestContext, req: mes
         return top(session.error_code, session.message)
     acks = _acks(req.topics)
     renew = version >= 2 and req.is_renew_ack
-    results = await _apply_acks(broker, gid, member, acks, renew, mgr.setting(gid, "share.renew.acknowledge.enable"))
+    denied = _unreadable(broker, ctx, list(acks))
+    results: dict[PKey, tuple[int, str | None]] = {k: _TOPIC_DENIED for k in acks if k[0] in denied}
+    acks = {k: b for k, b in acks.items() if k[0] not in denied}
+    results.update(
+        await _apply_acks(broker, gid, member, acks, renew, mgr.setting(gid, "share.renew.acknowledge.enable"))
+    )
     if session.kind == ContextKind.FINAL and session.removed_session is not None:
         mgr.release(gid, member, set(session.removed_session.partitions))
     by_topic: dict[uuid.UUID, Any] = {}

@@ -173,6 +173,19 @@ SHAPES: dict[str, dict[str, Any]] = {
     ),
 }
 
+SHAPES["acls list"] = _obj(
+    acls=_arr(
+        _obj(
+            resource_type=_STR,
+            name=_STR,
+            pattern_type=_STR,
+            principal=_STR,
+            host=_STR,
+            operation=_STR,
+            permission=_STR,
+        )
+    )
+)
 SHAPES["groups reset-offsets"] = SHAPES["share-groups reset-offsets"]  # the same plan, for a consumer group
 
 _TYPES: dict[str, Any] = {
