@@ -65,13 +65,9 @@ async def handle_share_group_heartbeat(
         # KIP-932: DESCRIBE on every subscribed topic
         may_describe = TopicChecks(broker, ctx, DESCRIBE)
         hidden = sorted({n for n in req.subscribed_topic_names or () if not may_describe.ok(n)})
-        if hidden:
+        if hidden:  # as Kafka: the code alone (the names are what may not be described)
             return cls(
-                throttle_time_ms=0,
-                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
-                error_message="The following topics are not authorized: " + ", ".join(hidden),
-                member_id=None,
-                member_epoch=0,
+                throttle_time_ms=0, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, member_id=None, member_epoch=0
             )
     bad = id_error(req.group_id, req.member_id)
     if bad is not None:
@@ -150,7 +146,20 @@ async def handle_share_group_describe(
         ]
         if req.include_authorized_operations:
             d.authorized_operations = authorized_operations(broker, ctx, GROUP, gid)
+    if broker.authorizer is not None:
+        _hide_undescribable(broker, ctx, out)
     return cls(throttle_time_ms=0, groups=out)
+
+
+def _hide_undescribable(broker: Broker, ctx: RequestContext, groups: list) -> None:
+    """As Kafka 4.2: a group whose members are assigned a topic the caller may not describe is
+    answered TOPIC_AUTHORIZATION_FAILED, without its members."""
+    may_describe = TopicChecks(broker, ctx, DESCRIBE)
+    for d in groups:
+        if any(not may_describe.ok(tp.topic_name) for m in d.members for tp in m.assignment.topic_partitions):
+            d.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            d.error_message = "The group has described topic(s) that the client is not authorized to describe."
+            d.members = []
 
 
 # -- share offsets admin ------------------------------------------------------------------

@@ -81,7 +81,9 @@ class Authorizer:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_everyone_if_no_acl_found
         self._bindings: dict[AclBinding, None] = dict.fromkeys(bindings)  # insertion-ordered set
-        self._by_type: dict[AclResourceType, list[AclBinding]] = {}
+        self._by_type: dict[AclResourceType, list[AclBinding]] = {}  # for authorize_any
+        self._literal: dict[tuple[AclResourceType, str], list[AclBinding]] = {}
+        self._prefixed: dict[tuple[AclResourceType, str], list[AclBinding]] = {}
         self._cache: dict[tuple, bool] = {}
         self.version = 0  # bumped on every change (what a caller persists, a test waits for)
         self._reindex()
@@ -105,9 +107,7 @@ class Authorizer:
         if principal in self.super_users:
             return True
         covered = allowed = False
-        for b in self._by_type.get(rtype, ()):
-            if not b.applies_to(rtype, name):
-                continue
+        for b in self._applying(rtype, name):
             covered = True
             if b.principal != principal and b.principal != WILDCARD_PRINCIPAL:
                 continue
@@ -121,6 +121,19 @@ class Authorizer:
         if allowed:
             return True
         return self.allow_if_no_acl and not covered
+
+    def _applying(self, rtype: AclResourceType, name: str) -> Iterable[AclBinding]:
+        """The bindings whose pattern covers ``name``: its literal ones, the wildcard's, and the
+        prefixed ones under each prefix of the name (dict lookups, not a scan of every ACL)."""
+        literal, prefixed = self._literal, self._prefixed
+        yield from literal.get((rtype, name), ())
+        if name != WILDCARD:
+            yield from literal.get((rtype, WILDCARD), ())
+        if prefixed:
+            for i in range(1, len(name) + 1):
+                found = prefixed.get((rtype, name[:i]))
+                if found:
+                    yield from found
 
     def authorize_any(self, principal: KafkaPrincipal, host: str, op: AclOperation, rtype: AclResourceType) -> bool:
         """Whether ``op`` is allowed on at least one resource of type ``rtype`` that no DENY covers
@@ -206,7 +219,11 @@ class Authorizer:
 
     def _reindex(self) -> None:
         by_type: dict[AclResourceType, list[AclBinding]] = {}
+        literal: dict[tuple[AclResourceType, str], list[AclBinding]] = {}
+        prefixed: dict[tuple[AclResourceType, str], list[AclBinding]] = {}
         for b in self._bindings:
             by_type.setdefault(b.resource_type, []).append(b)
-        self._by_type = by_type
+            index = literal if b.pattern_type == AclPatternType.LITERAL else prefixed
+            index.setdefault((b.resource_type, b.name), []).append(b)
+        self._by_type, self._literal, self._prefixed = by_type, literal, prefixed
         self._cache = {}

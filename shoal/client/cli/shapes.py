@@ -57,6 +57,10 @@ says whether it was applied)::
 
     {"resource": {"type": "topic", "name": "demo"},
      "configs": [{"name", "value", "source", "read_only", "sensitive"}]}
+
+``shoal acls list`` (enum names as Kafka spells them: TOPIC, PREFIXED, READ, ALLOW)::
+
+    {"acls": [{"resource_type", "name", "pattern_type", "principal", "host", "operation", "permission"}]}
 """
 
 from __future__ import annotations
