@@ -58,6 +58,7 @@ from shoal.broker.partition.fetch_session import FetchSessionCache
 from shoal.broker.partition.partition import Partition, fetch_key
 from shoal.broker.partition.producer_ids import ProducerIdManager
 from shoal.broker.partition.topics import Topic, TopicManager
+from shoal.broker.security.acl import CLUSTER_NAME
 from shoal.broker.timing.clock import SystemClock
 from shoal.broker.timing.purgatory import Purgatory
 from shoal.broker.timing.timer import AsyncTimer
@@ -412,8 +413,6 @@ class Broker:
 
     def _gate_open(self, ctx: Any) -> bool:
         """Whether the caller holds the CLUSTER operation its API needs (handlers/authz.CLUSTER_GATES)."""
-        from shoal.broker.security.acl import CLUSTER_NAME
-
         op = self._cluster_gates[ctx.api_key]
         return self.authorizer.authorize(ctx.principal, ctx.client_host, op, AclResourceType.CLUSTER, CLUSTER_NAME)
 

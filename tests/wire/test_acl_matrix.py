@@ -524,3 +524,51 @@ def test_acl_matrix(broker, who: Principal, n: int, case: Case) -> None:
 def test_every_family_is_in_the_matrix() -> None:
     families = {c.family for c in CASES}
     assert families == {"produce", "fetch", "metadata", "admin", "groups", "share-groups", "share-admin", "acl-admin"}
+
+
+def test_topic_ids_are_answered_without_their_names(broker) -> None:
+    """Metadata and DeleteTopics by id: an id the caller may not describe is refused with the id
+    and no name (Kafka treats ids as no secret, names as one); an unknown id stays UNKNOWN_TOPIC_ID."""
+    who = PRINCIPALS[0]
+    set_acls(broker, everything(who.name))
+    try:
+        with who.connect(broker.port) as c:
+            assert create(c, "by-id").error_code == 0
+            M = req("Metadata")
+            tid = c.call("Metadata", 12, topics=[M.MetadataRequestTopic(name="by-id")]).topics[0].topic_id
+    finally:
+        set_acls(broker, [])
+    D = req("DeleteTopics")
+    with who.connect(broker.port) as c:
+        md = c.call("Metadata", 12, topics=[M.MetadataRequestTopic(name=None, topic_id=tid)]).topics[0]
+        assert (md.error_code, md.name, md.topic_id) == (E.TOPIC_AUTHORIZATION_FAILED, None, tid)
+        unknown = uuid.uuid4()
+        md = c.call("Metadata", 12, topics=[M.MetadataRequestTopic(name=None, topic_id=unknown)]).topics[0]
+        assert md.error_code == E.UNKNOWN_TOPIC_ID
+        r = c.call("DeleteTopics", 6, topics=[D.DeleteTopicState(name=None, topic_id=tid)], timeout_ms=5000)
+        assert (r.responses[0].error_code, r.responses[0].name) == (E.TOPIC_AUTHORIZATION_FAILED, None)
+        set_acls(broker, [grant(who.name, Rt.TOPIC, "by-id", Op.DESCRIBE)])
+        r = c.call("DeleteTopics", 6, topics=[D.DeleteTopicState(name=None, topic_id=tid)], timeout_ms=5000)
+        assert (r.responses[0].error_code, r.responses[0].name) == (E.TOPIC_AUTHORIZATION_FAILED, "by-id")
+        set_acls(broker, [grant(who.name, Rt.TOPIC, "by-id", Op.DELETE)])
+        r = c.call("DeleteTopics", 6, topics=[D.DeleteTopicState(name=None, topic_id=tid)], timeout_ms=5000)
+        assert r.responses[0].error_code == 0
+    set_acls(broker, [])
+
+
+def test_metadata_lists_only_what_may_be_described(broker) -> None:
+    who = PRINCIPALS[0]
+    set_acls(broker, everything(who.name))
+    try:
+        with who.connect(broker.port) as c:
+            for t in ("seen-1", "seen-2", "unseen"):
+                assert create(c, t).error_code == 0
+    finally:
+        set_acls(broker, [])
+    set_acls(broker, [grant(who.name, Rt.TOPIC, "seen-", Op.READ, pt=Pt.PREFIXED)])
+    try:
+        with who.connect(broker.port) as c:
+            names = {t.name for t in c.call("Metadata", 12, topics=None, allow_auto_topic_creation=False).topics}
+        assert names == {"seen-1", "seen-2"}
+    finally:
+        set_acls(broker, [])
