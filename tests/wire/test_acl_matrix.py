@@ -572,3 +572,33 @@ def test_metadata_lists_only_what_may_be_described(broker) -> None:
         assert names == {"seen-1", "seen-2"}
     finally:
         set_acls(broker, [])
+
+
+def test_share_acknowledge_checks_the_group_and_each_topic(broker) -> None:
+    """ShareAcknowledge (KIP-932): READ on the group, then READ on each topic acknowledged; a
+    topic the caller lost READ on is answered TOPIC_AUTHORIZATION_FAILED and not acknowledged."""
+    from tests.support.share_wire import acknowledge, batch
+
+    who = PRINCIPALS[0]
+    ctx = _prepare(broker, who, Case("share-groups", share_fetch, (), setup="share"), 900)
+    member = uuid.uuid4().hex[:22]
+    g_read, t_read = grant(who.name, G, ctx.group, Op.READ), grant(who.name, T, ctx.topic, Op.READ)
+    try:
+        set_acls(broker, [g_read, t_read])
+        with who.connect(broker.port) as c:
+            r = fetch(c, ctx.group, member, 0, [(ctx.topic_id, 0)])
+            p = r.responses[0].partitions[0]
+            assert (r.error_code, p.error_code) == (0, 0) and p.acquired_records
+            first, last = p.acquired_records[0].first_offset, p.acquired_records[0].last_offset
+            set_acls(broker, [g_read])
+            r = acknowledge(c, ctx.group, member, 1, ctx.topic_id, 0, batch(first, last, 1))
+            assert r.error_code == 0
+            assert r.responses[0].partitions[0].error_code == E.TOPIC_AUTHORIZATION_FAILED
+            set_acls(broker, [])
+            r = acknowledge(c, ctx.group, member, 2, ctx.topic_id, 0, batch(first, last, 1))
+            assert r.error_code == E.GROUP_AUTHORIZATION_FAILED
+            set_acls(broker, [g_read, t_read])
+            r = acknowledge(c, ctx.group, member, 2, ctx.topic_id, 0, batch(first, last, 1))
+            assert (r.error_code, r.responses[0].partitions[0].error_code) == (0, 0)
+    finally:
+        set_acls(broker, [])
