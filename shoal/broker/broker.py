@@ -58,10 +58,12 @@ from shoal.broker.partition.fetch_session import FetchSessionCache
 from shoal.broker.partition.partition import Partition, fetch_key
 from shoal.broker.partition.producer_ids import ProducerIdManager
 from shoal.broker.partition.topics import Topic, TopicManager
+from shoal.broker.security.acl import CLUSTER_NAME
 from shoal.broker.timing.clock import SystemClock
 from shoal.broker.timing.purgatory import Purgatory
 from shoal.broker.timing.timer import AsyncTimer
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import AclResourceType
 from shoal.protocol.error_responses import error_response
 from shoal.protocol.errors import ErrorCode
 
@@ -99,6 +101,10 @@ class Broker:
         self.groups: Any = None  # GroupCoordinator, created at start
         self.share_coordinator: Any = None  # ShareCoordinator (share groups on), created at start
         self.share_partitions: Any = None  # SharePartitionManager: share partitions this node leads
+        # ACL authorization (authorizer.class.name set): the authorizer and its durable copy, from start
+        self.authorizer: Any = None
+        self.acl_store: Any = None
+        self._cluster_gates: dict[int, Any] = {}
         self.server: Any = None
         self.host = ""
         self.port = 0
@@ -154,6 +160,7 @@ class Broker:
         self.topics.load(self.clean_start)
         self.group_configs = GroupConfigs(self.data_dir, self.config)
         self.group_configs.load()
+        self._start_authorizer()
         from shoal.broker.groups.coordinator import GroupCoordinator
 
         self.groups = GroupCoordinator(self)
@@ -172,6 +179,31 @@ class Broker:
         self._background.append(asyncio.create_task(self._flush_loop()))
         self._background.append(asyncio.create_task(self._cleaner_loop()))
         log.info("broker %d started (cluster %s, data %s)", self.node_id, self.cluster_id, self.data_dir)
+
+    def _start_authorizer(self) -> None:
+        """ACLs on when authorizer.class.name names the StandardAuthorizer (the config refuses any
+        other class); the bindings are loaded before the listener accepts anything."""
+        if not self.config.get("authorizer.class.name"):
+            return
+        from shoal.broker.handlers.authz import CLUSTER_GATES
+        from shoal.broker.security.acl_store import AclStore
+        from shoal.broker.security.authorizer import Authorizer, parse_super_users
+
+        self.acl_store = AclStore(self.data_dir)
+        self.authorizer = Authorizer(
+            parse_super_users(self.config.get("super.users")),
+            self.config.get("allow.everyone.if.no.acl.found"),
+            self.acl_store.load(),
+        )
+        for name, op in CLUSTER_GATES.items():
+            try:
+                self._cluster_gates[api_by_name(name).key] = op
+            except KeyError:
+                continue  # an API this codec does not have (yet)
+        log.info("ACL authorization on: %d ACLs loaded", len(self.authorizer.bindings))
+
+    def save_acls(self) -> None:
+        self.acl_store.save(self.authorizer.bindings)
 
     def advertised(self, listener: str | None = None) -> tuple[str, int]:
         """The address clients of ``listener`` (default: the first) are told to use."""
@@ -372,7 +404,17 @@ class Broker:
             if fault is not None:
                 self._inject(fault, h, ctx, body, slot, conn)
                 return
+        if self.authorizer is not None and ctx.api_key in self._cluster_gates and not self._gate_open(ctx):
+            conn.complete(
+                slot, error_response(ctx.api_key, ctx.api_version, body, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+            )
+            return
         self._handle(h, ctx, body, slot, conn)
+
+    def _gate_open(self, ctx: Any) -> bool:
+        """Whether the caller holds the CLUSTER operation its API needs (handlers/authz.CLUSTER_GATES)."""
+        op = self._cluster_gates[ctx.api_key]
+        return self.authorizer.authorize(ctx.principal, ctx.client_host, op, AclResourceType.CLUSTER, CLUSTER_NAME)
 
     def _handle(self, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         try:

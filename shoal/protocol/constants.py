@@ -32,6 +32,10 @@ __all__ = [
     "RELEASE",
     "RENEW",
     "AcknowledgeType",
+    "AclOperation",
+    "AclPatternType",
+    "AclPermissionType",
+    "AclResourceType",
     "AlterConfigOpType",
     "ConfigResourceType",
     "ConfigSource",
@@ -193,3 +197,61 @@ class ConfigType(IntEnum):
             return cls(value)
         except ValueError:
             return cls.UNKNOWN
+
+
+# --- ACLs (CreateAcls, DescribeAcls, DeleteAcls; Metadata's authorized-operations bit fields) ----
+
+
+class AclResourceType(IntEnum):
+    """Kafka's ``org.apache.kafka.common.resource.ResourceType`` codes (ANY only in filters)."""
+
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+class AclPatternType(IntEnum):
+    """Kafka's ``org.apache.kafka.common.resource.PatternType``: how an ACL's resource name is
+    matched. ANY and MATCH appear only in filters."""
+
+    UNKNOWN = 0
+    ANY = 1
+    MATCH = 2
+    LITERAL = 3
+    PREFIXED = 4
+
+
+class AclOperation(IntEnum):
+    """Kafka's ``org.apache.kafka.common.acl.AclOperation``; an authorized-operations field is a
+    bit field with bit ``code`` set for each operation allowed."""
+
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15
+
+
+class AclPermissionType(IntEnum):
+    """Kafka's ``org.apache.kafka.common.acl.AclPermissionType`` (ANY only in filters)."""
+
+    UNKNOWN = 0
+    ANY = 1
+    DENY = 2
+    ALLOW = 3

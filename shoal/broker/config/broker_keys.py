@@ -41,6 +41,24 @@ from shoal.broker.config.ssl_keys import SSL_KEYS
 
 _key = ConfigKey
 
+# The authorizer.class.name that turns ACL authorization on (Kafka's KRaft authorizer).
+STANDARD_AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def _authorizer_problem(value: str) -> str | None:
+    if value in ("", STANDARD_AUTHORIZER):
+        return None
+    return f"Shoal's only authorizer is {STANDARD_AUTHORIZER} (ACLs); leave it empty for no authorization"
+
+
+def _super_users_problem(value: str) -> str | None:
+    for part in value.split(";"):
+        kind, sep, name = part.strip().partition(":")
+        if part.strip() and not (kind and sep and name):
+            return f"{part.strip()!r} is not a principal of the form User:name"
+    return None
+
+
 BROKER_CONFIGS: Final = ConfigDef.of(
     "broker",
     # server and network
@@ -435,6 +453,30 @@ BROKER_CONFIGS: Final = ConfigDef.of(
         importance=HIGH,
         validator=COMPRESSION,
         dynamic=True,
+    ),
+    # authorization (ACLs)
+    _key(
+        "authorizer.class.name",
+        STR,
+        "",
+        "Empty: no authorization (every request allowed). " + STANDARD_AUTHORIZER + ": ACLs decide.",
+        importance=LOW,
+        validator=Check(_authorizer_problem, "empty or " + STANDARD_AUTHORIZER),
+    ),
+    _key(
+        "super.users",
+        STR,
+        "",
+        "Principals allowed everything whatever the ACLs say, separated by semicolons (User:admin;User:ops).",
+        importance=LOW,
+        validator=Check(_super_users_problem, "User:a;User:b"),
+    ),
+    _key(
+        "allow.everyone.if.no.acl.found",
+        BOOL,
+        False,
+        "Allow an operation on a resource that no ACL names at all (else only ACLs allow).",
+        importance=LOW,
     ),
     *COORDINATOR_KEYS,
     *SSL_KEYS,

@@ -60,6 +60,7 @@ class HandlerTable:
 def handler_table() -> HandlerTable:
     """Every API this broker serves."""
     from shoal.broker.handlers import (
+        acls,
         admin,
         api_versions,
         fetch,
@@ -83,4 +84,5 @@ def handler_table() -> HandlerTable:
     share_groups.register(t)
     share_fetch.register(t)
     share_state.register(t)
+    acls.register(t)
     return t

@@ -37,6 +37,20 @@ from shoal.broker.config.settings import (
 )
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.authz import (
+    ALTER,
+    ALTER_CONFIGS,
+    CLUSTER,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    GROUP,
+    TOPIC,
+    TopicChecks,
+    allowed,
+    allowed_on_cluster,
+)
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.topics import validate_topic_name
@@ -120,12 +134,21 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: message
     seen: dict[str, int] = {}
     for t in req.topics:
         seen[t.name] = seen.get(t.name, 0) + 1
+    # CREATE on the cluster, or else on each topic; configs are shown only with DESCRIBE_CONFIGS
+    az = broker.authorizer
+    may_create = None if az is None or allowed_on_cluster(broker, ctx, CREATE) else TopicChecks(broker, ctx, CREATE)
+    may_see_configs = TopicChecks(broker, ctx, DESCRIBE_CONFIGS) if az is not None else None
     for t in req.topics:
         r = cls.CreatableTopicResult(name=t.name, error_message=None, configs=None)
         results.append(r)
+        hide_configs = may_see_configs is not None and not may_see_configs.ok(t.name)
+        if hide_configs and ctx.api_version >= 5:
+            r.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         try:
             if seen[t.name] > 1:
                 raise ErrorAnswer(ErrorCode.INVALID_REQUEST, f"Duplicate topic name {t.name} in request.")
+            if may_create is not None and not may_create.ok(t.name):
+                raise ErrorAnswer(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             if t.assignments and t.num_partitions != -1:
                 raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "Both numPartitions and replica assignments were given.")
             _check_replication(broker, t.replication_factor, t.assignments)
@@ -142,7 +165,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: message
                     raise ErrorAnswer(ErrorCode.INVALID_CONFIG, str(e)) from None
                 created += n
                 r.num_partitions, r.replication_factor = n, 1
-                r.configs = _created_configs(cls, broker, configs)
+                r.configs = None if hide_configs else _created_configs(cls, broker, configs)
                 continue
             n = broker.config.get("num.partitions") if partitions == -1 else partitions
             _check_request_room(broker, created, max(n, 0))
@@ -155,7 +178,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, req: message
         r.topic_id = topic.topic_id
         r.num_partitions = len(topic.partitions)
         r.replication_factor = 1
-        r.configs = _created_configs(cls, broker, topic.configs)
+        r.configs = None if hide_configs else _created_configs(cls, broker, topic.configs)
     return cls(throttle_time_ms=0, topics=results)
 
 
@@ -179,6 +202,8 @@ def handle_delete_topics(broker: Broker, ctx: RequestContext, req: messages.Dele
     else:
         wanted = [(n, ZERO_UUID) for n in req.topic_names]
     out = []
+    may_delete = TopicChecks(broker, ctx, DELETE) if broker.authorizer is not None else None
+    may_describe = TopicChecks(broker, ctx, DESCRIBE) if broker.authorizer is not None else None
     for name, topic_id in wanted:
         r = cls.DeletableTopicResult(name=name, error_message=None)
         out.append(r)
@@ -188,7 +213,17 @@ def handle_delete_topics(broker: Broker, ctx: RequestContext, req: messages.Dele
                 r.error_code = ErrorCode.UNKNOWN_TOPIC_ID
                 r.topic_id = topic_id
                 continue
+            if may_describe is not None and not may_describe.ok(topic.name):
+                # as Kafka: the id is no secret, the name behind it is
+                r.error_code, r.topic_id = ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic_id
+                continue
+            if may_delete is not None and not may_delete.ok(topic.name):
+                r.error_code, r.name, r.topic_id = ErrorCode.TOPIC_AUTHORIZATION_FAILED, topic.name, topic_id
+                continue
         else:
+            if may_delete is not None and not may_delete.ok(name):
+                r.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # before looking it up: existence not shown
+                continue
             topic = broker.topics.get(name)
             if topic is None:
                 r.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -205,11 +240,14 @@ async def handle_create_partitions(broker: Broker, ctx: RequestContext, req: mes
     cls = messages.CreatePartitionsResponse
     out = []
     created = 0
+    may_alter = TopicChecks(broker, ctx, ALTER) if broker.authorizer is not None else None
     for t in req.topics:
         r = cls.CreatePartitionsTopicResult(name=t.name, error_message=None)
         out.append(r)
         topic = broker.topics.get(t.name)
         try:
+            if may_alter is not None and not may_alter.ok(t.name):
+                raise ErrorAnswer(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "The topic authorization is failed.")
             if topic is None:
                 raise ErrorAnswer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {t.name} does not exist.")
             current = len(topic.partitions)
@@ -257,6 +295,10 @@ def handle_describe_configs(broker: Broker, ctx: RequestContext, req: messages.D
         results.append(r)
         # Kafka describes every config when the key list is null or empty.
         names = res.configuration_keys or None
+        refused = _config_access(broker, ctx, DESCRIBE_CONFIGS, res.resource_type, res.resource_name)
+        if refused:
+            r.error_code = refused
+            continue
         if res.resource_type == ConfigResourceType.TOPIC:
             topic = broker.topics.get(res.resource_name)
             if topic is None:
@@ -298,6 +340,26 @@ def handle_describe_configs(broker: Broker, ctx: RequestContext, req: messages.D
             for e in entries
         ]
     return cls(throttle_time_ms=0, results=results)
+
+
+_CONFIG_RESOURCES: dict[int, tuple[Any, int]] = {
+    ConfigResourceType.TOPIC: (TOPIC, ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+    ConfigResourceType.GROUP: (GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED),
+    ConfigResourceType.BROKER: (CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+}
+
+
+def _config_access(broker: Broker, ctx: RequestContext, op: Any, resource_type: int, name: str) -> int:
+    """0 if the caller may do ``op`` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on the config resource, else
+    the error Kafka answers for its type (a BROKER resource is checked on the cluster)."""
+    if broker.authorizer is None:
+        return 0
+    entry = _CONFIG_RESOURCES.get(resource_type)
+    if entry is None:
+        return 0  # a type Shoal does not serve: answered as before
+    rtype, code = entry
+    ok = allowed_on_cluster(broker, ctx, op) if rtype == CLUSTER else allowed(broker, ctx, op, rtype, name)
+    return 0 if ok else code
 
 
 def _preprocess(res: Any) -> None:
@@ -365,6 +427,9 @@ def handle_incremental_alter_configs(
         try:
             if seen[res.resource_type, res.resource_name] > 1:
                 raise ErrorAnswer(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+            refused = _config_access(broker, ctx, ALTER_CONFIGS, res.resource_type, res.resource_name)
+            if refused:
+                raise ErrorAnswer(refused, None)
             _preprocess(res)
             if res.resource_type == ConfigResourceType.TOPIC:
                 topic = broker.topics.get(res.resource_name)

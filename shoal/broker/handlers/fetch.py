@@ -24,6 +24,7 @@ from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.authz import READ, TopicChecks
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.fetch_session import PartitionKey, PartitionRequest, PartitionResult
@@ -49,7 +50,9 @@ class _Read:
 class FetchOperation:
     """One Fetch request: what to read, and how to turn reads into a response."""
 
-    def __init__(self, broker: Broker, req: messages.FetchRequest, version: int, context: Any) -> None:
+    def __init__(
+        self, broker: Broker, req: messages.FetchRequest, version: int, context: Any, request_ctx: RequestContext
+    ) -> None:
         self.broker = broker
         self.req = req
         self.version = version
@@ -58,6 +61,8 @@ class FetchOperation:
         self.read_committed = req.isolation_level == IsolationLevel.READ_COMMITTED
         # [(key, PartitionRequest)]; for an incremental fetch, the whole session
         self.partitions: list[tuple[tuple[Any, int], PartitionRequest]] = context.partitions()
+        # READ on each topic (decided once per topic for the life of the request); None: no authorizer
+        self.may_read = TopicChecks(broker, request_ctx, READ) if broker.authorizer is not None else None
 
     def _partition(self, key: tuple[Any, int]) -> tuple[Any, Any]:
         topic_ref, index = key
@@ -106,6 +111,10 @@ class FetchOperation:
 
     def _read_one(self, key: tuple[Any, int], preq: PartitionRequest, remaining: int, min_one: bool) -> _Read:
         topic, partition = self._partition(key)
+        if self.may_read is not None and (topic is not None or not self.uses_ids):
+            # as Kafka: a name is checked before it is looked up; an unknown id cannot be
+            if not self.may_read.ok(topic.name if topic is not None else key[0]):
+                return _Read(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         if partition is None:
             code = (
                 ErrorCode.UNKNOWN_TOPIC_ID if self.uses_ids and topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -244,7 +253,7 @@ def handle_fetch(broker: Broker, ctx: RequestContext, req: messages.FetchRequest
     cls = messages.FetchResponse
     if context.error_code:
         return cls(throttle_time_ms=0, error_code=context.error_code, session_id=0, responses=[])
-    op = FetchOperation(broker, req, version, context)
+    op = FetchOperation(broker, req, version, context, ctx)
     reads, total, any_error = op.read_all()
     if req.max_wait_ms <= 0 or total >= req.min_bytes or any_error or not op.partitions:
         return op.response(reads)

@@ -15,21 +15,56 @@ from typing import Any
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.groups.classic import GroupState, JoinParams
 from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.authz import (
+    CLUSTER_ACTION,
+    DELETE,
+    DESCRIBE,
+    GROUP,
+    READ,
+    TRANSACTIONAL_ID,
+    TopicChecks,
+    allowed,
+    allowed_on_cluster,
+    authorized_operations,
+)
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
 from shoal.broker.net.contract import RequestContext
 from shoal.protocol import messages
 from shoal.protocol.constants import CoordinatorType
+from shoal.protocol.error_responses import error_response
 from shoal.protocol.errors import ErrorCode
+
+AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)  # the field's default: "not asked for"
+
+
+def _refused(ctx: RequestContext, req: Any, code: int = ErrorCode.GROUP_AUTHORIZATION_FAILED) -> Any:
+    """The API's error response with ``code`` everywhere (Kafka's getErrorResponse)."""
+    return error_response(ctx.api_key, ctx.api_version, req, code, None)
+
+
+def _may(broker: Broker, ctx: RequestContext, op: Any, group_id: str) -> bool:
+    return broker.authorizer is None or allowed(broker, ctx, op, GROUP, group_id)
 
 
 def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: messages.FindCoordinatorRequest) -> Any:
     cls = messages.FindCoordinatorResponse
     keys = req.coordinator_keys if ctx.api_version >= 4 else [req.key]
+    az = broker.authorizer
+    if az is not None and req.key_type == CoordinatorType.SHARE and not allowed_on_cluster(broker, ctx, CLUSTER_ACTION):
+        return _refused(ctx, req, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)  # brokers' own lookups (KIP-932)
     results = []
     for key in keys:
         c = cls.Coordinator(key=key, error_message=None)
-        if req.key_type == CoordinatorType.GROUP and key and _offline(broker.groups.runtime, key):
+        if az is not None and req.key_type == CoordinatorType.GROUP and not allowed(broker, ctx, DESCRIBE, GROUP, key):
+            c.error_code, c.node_id, c.port, c.host = ErrorCode.GROUP_AUTHORIZATION_FAILED, -1, -1, ""
+        elif (
+            az is not None
+            and req.key_type == CoordinatorType.TRANSACTION
+            and not allowed(broker, ctx, DESCRIBE, TRANSACTIONAL_ID, key)
+        ):
+            c.error_code, c.node_id, c.port, c.host = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1, ""
+        elif req.key_type == CoordinatorType.GROUP and key and _offline(broker.groups.runtime, key):
             c.error_code, c.node_id, c.port, c.host = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1, ""
         elif req.key_type == CoordinatorType.GROUP and key:
             c.node_id, (c.host, c.port) = broker.node_id, broker.endpoint(ctx)
@@ -82,6 +117,8 @@ def _valid_share_key(key: str) -> bool:
 
 async def handle_join_group(broker: Broker, ctx: RequestContext, req: messages.JoinGroupRequest) -> Any:
     cls = messages.JoinGroupResponse
+    if not _may(broker, ctx, READ, req.group_id):
+        return _refused(ctx, req)
     bad = id_error(req.group_id, req.member_id, req.group_instance_id)
     if bad is not None:
         return cls(
@@ -125,6 +162,8 @@ async def handle_join_group(broker: Broker, ctx: RequestContext, req: messages.J
 
 async def handle_sync_group(broker: Broker, ctx: RequestContext, req: messages.SyncGroupRequest) -> Any:
     cls = messages.SyncGroupResponse
+    if not _may(broker, ctx, READ, req.group_id):
+        return _refused(ctx, req)
     bad = id_error(req.group_id, req.member_id, req.group_instance_id)
     if bad is not None:
         return cls(throttle_time_ms=0, error_code=bad[0], assignment=b"")
@@ -149,12 +188,16 @@ async def handle_sync_group(broker: Broker, ctx: RequestContext, req: messages.S
 
 
 def handle_heartbeat(broker: Broker, ctx: RequestContext, req: messages.HeartbeatRequest) -> Any:
+    if not _may(broker, ctx, READ, req.group_id):
+        return messages.HeartbeatResponse(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     error = broker.groups.heartbeat(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
     return messages.HeartbeatResponse(throttle_time_ms=0, error_code=error)
 
 
 def handle_leave_group(broker: Broker, ctx: RequestContext, req: messages.LeaveGroupRequest) -> Any:
     cls = messages.LeaveGroupResponse
+    if not _may(broker, ctx, READ, req.group_id):
+        return cls(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if ctx.api_version >= 3:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
@@ -173,10 +216,15 @@ def handle_leave_group(broker: Broker, ctx: RequestContext, req: messages.LeaveG
 
 async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: messages.OffsetCommitRequest) -> Any:
     cls = messages.OffsetCommitResponse
+    if not _may(broker, ctx, READ, req.group_id):
+        return _refused(ctx, req)
     by_id = ctx.api_version >= 10
+    may_read = TopicChecks(broker, ctx, READ) if broker.authorizer is not None else None
     wanted: list[tuple[str, int, int, int, str | None]] = []
-    names: list[tuple[Any, Any]] = []
+    names: list[tuple[Any, Any]] = []  # every partition of the request, in order
+    committed: list[tuple[Any, Any]] = []  # those sent to the coordinator
     unknown_ids = set()
+    denied: set[int] = set()  # id() of the topics the caller may not READ
     for t in req.topics:
         name = t.name
         if by_id:
@@ -184,12 +232,19 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: message
             if topic is None:
                 unknown_ids.add(t.topic_id)
             name = topic.name if topic is not None else ""
+        if may_read is not None and not (by_id and not name) and not may_read.ok(name):
+            denied.add(id(t))
         for p in t.partitions:
             names.append((t, p))
+            if id(t) in denied:
+                continue
+            committed.append((t, p))
             wanted.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata))
     bad = id_error(req.group_id, req.member_id, req.group_instance_id)
     if bad is not None:
         errors = [bad[0]] * len(wanted)
+    elif not wanted and denied:
+        errors = []  # nothing the caller may commit: the coordinator is not asked
     else:
         try:
             _, errors = await broker.groups.commit(
@@ -197,9 +252,11 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: message
             )
         except ErrorAnswer as e:  # not (or not yet) the coordinator, a share group's id, a refused write
             errors = [e.code] * len(wanted)
+    code_of = {(id(t), id(p)): code for (t, p), code in zip(committed, errors)}
     topics: dict[int, Any] = {}
     out = []
-    for (t, p), code in zip(names, errors):
+    for t, p in names:
+        code = code_of.get((id(t), id(p)), ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         tr = topics.get(id(t))
         if tr is None:
             tr = cls.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id)
@@ -220,25 +277,63 @@ def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: messages.Offse
     else:
         topics = req.topics
         groups = [(req.group_id, None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics])]
-    results = []
+    az = broker.authorizer
+    if az is not None and v < 8 and not _may(broker, ctx, DESCRIBE, req.group_id):
+        return _refused(ctx, req)
+    may_describe = TopicChecks(broker, ctx, DESCRIBE) if az is not None else None
+    results: list[tuple[str, int, dict, list[tuple[str, list[int]]]]] = []
     for gid, wanted in groups:
+        hidden: list[tuple[str, list[int]]] = []  # asked for, but the caller may not DESCRIBE the topic
+        if az is not None and not _may(broker, ctx, DESCRIBE, gid):
+            results.append((gid, ErrorCode.GROUP_AUTHORIZATION_FAILED, {}, hidden))
+            continue
+        if may_describe is not None and wanted is not None:
+            hidden = [(n, ps) for n, ps in wanted if n and not may_describe.ok(n)]
+            wanted = [(n, ps) for n, ps in wanted if not n or may_describe.ok(n)]
         try:
             error, found = broker.groups.fetch_offsets(gid, wanted)
         except ErrorAnswer as e:
             error, found = e.code, {}
-        results.append((gid, error, found))
+        if may_describe is not None:  # every committed topic (a null list): only what may be described
+            found = {k: c for k, c in found.items() if may_describe.ok(k[0])}
+        results.append((gid, error, found, hidden))
     if v >= 8:
         return cls(
             throttle_time_ms=0,
             groups=[
                 cls.OffsetFetchResponseGroup(
-                    group_id=gid, error_code=error, topics=_fetched_topics(cls, broker, found, v, True)
+                    group_id=gid,
+                    error_code=error,
+                    topics=_fetched_topics(cls, broker, found, v, True) + _hidden(cls, broker, hidden, v, True),
                 )
-                for gid, error, found in results
+                for gid, error, found, hidden in results
             ],
         )
-    gid, error, found = results[0]
-    return cls(throttle_time_ms=0, error_code=error, topics=_fetched_topics(cls, broker, found, v, False))
+    gid, error, found, hidden = results[0]
+    answered = _fetched_topics(cls, broker, found, v, False) + _hidden(cls, broker, hidden, v, False)
+    return cls(throttle_time_ms=0, error_code=error, topics=answered)
+
+
+def _hidden(cls: Any, broker: Broker, hidden: list[tuple[str, list[int]]], v: int, grouped: bool) -> list:
+    """The topics asked for that the caller may not describe: TOPIC_AUTHORIZATION_FAILED per partition."""
+    topic_cls = cls.OffsetFetchResponseTopics if grouped else cls.OffsetFetchResponseTopic
+    part_cls = cls.OffsetFetchResponsePartitions if grouped else cls.OffsetFetchResponsePartition
+    out = []
+    for name, partitions in hidden:
+        tr = topic_cls(name=name)
+        if v >= 10:
+            t = broker.topics.get(name)
+            tr.name = ""
+            if t is not None:
+                tr.topic_id = t.topic_id
+        tr.partitions = [
+            part_cls(
+                partition_index=i, committed_offset=-1, metadata="", error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            )
+            for i in partitions
+        ]
+        out.append(tr)
+    return out
 
 
 def _wanted_in_group(
@@ -287,15 +382,21 @@ def _fetched_topics(cls: Any, broker: Broker, found: dict, v: int, grouped: bool
 
 async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: messages.OffsetDeleteRequest) -> Any:
     cls = messages.OffsetDeleteResponse
-    partitions = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    if not _may(broker, ctx, DELETE, req.group_id):
+        return cls(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, throttle_time_ms=0)
+    may_read = TopicChecks(broker, ctx, READ) if broker.authorizer is not None else None
+    asked = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    partitions = [(n, i) for n, i in asked if may_read is None or may_read.ok(n)]
     try:
         error, errors = await broker.groups.delete_offsets(req.group_id, partitions)
     except ErrorAnswer as e:
         return cls(error_code=e.code, throttle_time_ms=0)
     if error:
         return cls(error_code=error, throttle_time_ms=0)
+    code_of = dict(zip(partitions, errors))
     out: dict[str, Any] = {}
-    for (name, index), code in zip(partitions, errors):
+    for name, index in asked:
+        code = code_of.get((name, index), ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         tr = out.setdefault(name, cls.OffsetDeleteResponseTopic(name=name))
         tr.partitions.append(cls.OffsetDeleteResponsePartition(partition_index=index, error_code=code))
     return cls(error_code=0, throttle_time_ms=0, topics=list(out.values()))
@@ -304,9 +405,20 @@ async def handle_offset_delete(broker: Broker, ctx: RequestContext, req: message
 def handle_describe_groups(broker: Broker, ctx: RequestContext, req: messages.DescribeGroupsRequest) -> Any:
     cls = messages.DescribeGroupsResponse
     out = []
+    az = broker.authorizer
     for gid in req.groups:
         d = cls.DescribedGroup(group_id=gid)
         out.append(d)
+        if az is not None and not _may(broker, ctx, DESCRIBE, gid):
+            d.error_code, d.group_state, d.protocol_type, d.protocol_data = (
+                ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                "",
+                "",
+                "",
+            )
+            continue
+        if ctx.api_version >= 3 and req.include_authorized_operations:
+            d.authorized_operations = authorized_operations(broker, ctx, GROUP, gid)  # reset below on an error
         try:
             _, shard = broker.groups._route(gid)
         except ErrorAnswer as e:
@@ -339,6 +451,9 @@ def handle_describe_groups(broker: Broker, ctx: RequestContext, req: messages.De
                 )
                 for m in g.members.values()
             ]
+    for d in out:
+        if d.error_code:  # Kafka fills the field only for groups described without error
+            d.authorized_operations = AUTHORIZED_OPERATIONS_OMITTED
     return cls(throttle_time_ms=0, groups=out)
 
 
@@ -346,7 +461,7 @@ def handle_list_groups(broker: Broker, ctx: RequestContext, req: messages.ListGr
     cls = messages.ListGroupsResponse
     states = {s.lower() for s in req.states_filter} if ctx.api_version >= 4 else set()
     types = {t.lower() for t in req.types_filter} if ctx.api_version >= 5 else set()
-    out = []
+    out: list[Any] = []
     for shard in broker.groups.loaded_shards():
         for gid, g in shard.groups.items():
             if g.state == GroupState.DEAD:
@@ -367,15 +482,24 @@ def handle_list_groups(broker: Broker, ctx: RequestContext, req: messages.ListGr
             out.append(
                 cls.ListedGroup(group_id=sg.group_id, protocol_type="share", group_state=sg.state, group_type="share")
             )
+    # As Kafka: DESCRIBE on the cluster lists every group; without it, the groups the caller may describe
+    if broker.authorizer is not None and not allowed_on_cluster(broker, ctx, DESCRIBE):
+        out = [g for g in out if allowed(broker, ctx, DESCRIBE, GROUP, g.group_id)]
     return cls(throttle_time_ms=0, error_code=0, groups=out)
 
 
 async def handle_delete_groups(broker: Broker, ctx: RequestContext, req: messages.DeleteGroupsRequest) -> Any:
     cls = messages.DeleteGroupsResponse
-    errors = await broker.groups.delete_groups(list(req.groups_names))
+    names = list(req.groups_names)
+    ok = [_may(broker, ctx, DELETE, g) for g in names]
+    permitted = [g for g, yes in zip(names, ok) if yes]
+    done = iter(await broker.groups.delete_groups(permitted) if permitted else [])
     return cls(
         throttle_time_ms=0,
-        results=[cls.DeletableGroupResult(group_id=g, error_code=e) for g, e in zip(req.groups_names, errors)],
+        results=[
+            cls.DeletableGroupResult(group_id=g, error_code=next(done) if yes else ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            for g, yes in zip(names, ok)
+        ],
     )
 
 

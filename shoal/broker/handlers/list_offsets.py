@@ -10,6 +10,7 @@ from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.authz import DESCRIBE, TopicChecks
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.partition import LEADER_EPOCH
@@ -22,13 +23,18 @@ def handle_list_offsets(broker: Broker, ctx: RequestContext, req: messages.ListO
     cls = messages.ListOffsetsResponse
     read_committed = req.isolation_level == IsolationLevel.READ_COMMITTED
     topics = []
+    may = TopicChecks(broker, ctx, DESCRIBE) if broker.authorizer is not None else None
     for t in req.topics:
         tr = cls.ListOffsetsTopicResponse(name=t.name)
         topics.append(tr)
         topic = broker.topics.get(t.name)
+        denied = may is not None and not may.ok(t.name)
         for p in t.partitions:
             pr = cls.ListOffsetsPartitionResponse(partition_index=p.partition_index)
             tr.partitions.append(pr)
+            if denied:
+                pr.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             partition = None
             if topic is not None and 0 <= p.partition_index < len(topic.partitions):
                 partition = topic.partitions[p.partition_index]

@@ -28,6 +28,7 @@ from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.authz import IDEMPOTENT_WRITE, TOPIC, WRITE, TopicChecks, allowed_on_cluster
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import NO_RESPONSE, RequestContext
 from shoal.protocol import messages
@@ -45,6 +46,7 @@ def handle_produce(broker: Broker, ctx: RequestContext, req: messages.ProduceReq
     written: list[tuple[Any, Any, int]] = []  # (partition response, partition, end offset to make durable)
     pending: list[tuple[Any, asyncio.Future]] = []  # (partition response, write in flight)
     any_error = False
+    may_write = TopicChecks(broker, ctx, WRITE) if broker.authorizer is not None else None
     for td in req.topic_data:
         if version >= 13:
             topic = broker.topics.by_id(td.topic_id) if td.topic_id != ZERO_UUID else None
@@ -54,9 +56,16 @@ def handle_produce(broker: Broker, ctx: RequestContext, req: messages.ProduceReq
             missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         tr = cls.TopicProduceResponse(name=td.name, topic_id=td.topic_id)
         responses.append(tr)
+        # As Kafka: a name is checked before it is looked up (an unknown id cannot be checked)
+        denied = may_write is not None and (topic is not None or version < 13)
+        denied = denied and not may_write.ok(topic.name if topic is not None else td.name)  # type: ignore[union-attr]
         for pd in td.partition_data:
             pr = cls.PartitionProduceResponse(index=pd.index)
             tr.partition_responses.append(pr)
+            if denied:
+                pr.error_code, pr.base_offset = ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1
+                any_error = True
+                continue
             if topic is None or not 0 <= pd.index < len(topic.partitions):
                 pr.error_code = missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 pr.base_offset = -1
@@ -179,6 +188,14 @@ def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: messages.I
             producer_id=-1,
             producer_epoch=-1,
         )
+    az = broker.authorizer
+    if (
+        az is not None
+        and not allowed_on_cluster(broker, ctx, IDEMPOTENT_WRITE)
+        and not az.authorize_any(ctx.principal, ctx.client_host, WRITE, TOPIC)
+    ):
+        # Kafka: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+        return cls(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
     pid, epoch = broker.producer_ids.init(req.producer_id, req.producer_epoch)
     return cls(error_code=0, producer_id=pid, producer_epoch=epoch)
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.authz import GROUP, READ, TopicChecks, allowed
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
 from shoal.broker.net.contract import RequestContext
@@ -116,6 +117,23 @@ async def _apply_acks(
     broker: Broker, gid: str, member: str, acks: dict[PKey, list], renew_ok: bool, renew_enabled: bool
 ) -> AckResults:
     return await _begin_acks(broker, gid, member, acks, renew_ok, renew_enabled)
+
+
+def _unreadable(broker: Broker, ctx: RequestContext, keys: Any) -> set[uuid.UUID]:
+    """The topic ids among ``keys`` whose topic the caller may not READ (unknown ids are left to the
+    share-partition manager, which answers UNKNOWN_TOPIC_ID)."""
+    if broker.authorizer is None:
+        return set()
+    may_read = TopicChecks(broker, ctx, READ)
+    out = set()
+    for tid in {k[0] for k in keys}:
+        topic = broker.topics.by_id(tid)
+        if topic is not None and not may_read.ok(topic.name):
+            out.add(tid)
+    return out
+
+
+_TOPIC_DENIED: tuple[int, str | None] = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
 
 
 class ShareFetchOperation:
@@ -228,17 +246,26 @@ def _endpoints(cls: Any, broker: Broker, ctx: RequestContext) -> list:
 
 
 async def _fetch_half(
-    broker: Broker, gid: str, member: str, req: messages.ShareFetchRequest, version: int, session: Any, renew: bool
+    broker: Broker,
+    gid: str,
+    member: str,
+    req: messages.ShareFetchRequest,
+    version: int,
+    session: Any,
+    renew: bool,
+    denied: set[uuid.UUID],
 ) -> ShareFetchOperation:
     """The fetch half of a ShareFetch: acquire (waiting up to MaxWaitMs for records), or release
-    what a closing session held."""
+    what a closing session held. Partitions of `denied` topics answer TOPIC_AUTHORIZATION_FAILED."""
     op = ShareFetchOperation(broker, gid, member, req, version)
     if session.kind == ContextKind.FINAL:
         removed = session.removed_session
         if removed is not None:
             broker.share_partitions.release(gid, member, set(removed.partitions))
     elif not renew:
-        await op.load(list(session.fetch_partitions))
+        wanted = list(session.fetch_partitions)
+        op.errors.update((k, _TOPIC_DENIED) for k in wanted if k[0] in denied)
+        await op.load([k for k in wanted if k[0] not in denied])
         if not op.try_acquire() and not op.errors and req.max_wait_ms > 0 and op.entries:
             future = asyncio.get_running_loop().create_future()
             broker.fetch_purgatory.try_complete_else_watch(
@@ -264,6 +291,8 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
             responses=[],
         )
 
+    if broker.authorizer is not None and not allowed(broker, ctx, READ, GROUP, gid or ""):
+        return top(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     if not gid or not member:
         return top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set.")
     bad = id_error(gid, member)
@@ -294,6 +323,11 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
         return top(session.error_code, session.message)
 
     renew = version >= 2 and req.is_renew_ack
+    # READ on each topic (KIP-932): a partition of a topic the caller may not read is neither
+    # acknowledged nor fetched, and answers TOPIC_AUTHORIZATION_FAILED
+    denied = _unreadable(broker, ctx, list(named) + list(acks) + list(session.fetch_partitions))
+    refused: AckResults = {k: _TOPIC_DENIED for k in acks if k[0] in denied}
+    acks = {k: b for k, b in acks.items() if k[0] not in denied}
     # The acknowledgements change the records' states now; their durability is awaited while
     # this request fetches (Kafka's broker runs the two halves of a ShareFetch side by side and
     # answers once both are done), not before it starts acquiring.
@@ -303,9 +337,9 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
         else None
     )
     try:
-        op = await _fetch_half(broker, gid, member, req, version, session, renew)
+        op = await _fetch_half(broker, gid, member, req, version, session, renew, denied)
     finally:
-        ack_results = await acked if acked is not None else {}
+        ack_results = refused | (await acked if acked is not None else {})
 
     keys = list(named)
 
@@ -359,6 +393,8 @@ async def handle_share_acknowledge(broker: Broker, ctx: RequestContext, req: mes
             out.acquisition_lock_timeout_ms = lock_ms
         return out
 
+    if broker.authorizer is not None and not allowed(broker, ctx, READ, GROUP, gid or ""):
+        return top(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     if not gid or not member:
         return top(ErrorCode.INVALID_REQUEST, "GroupId and MemberId must be set.")
     bad = id_error(gid, member)
@@ -369,7 +405,12 @@ async def handle_share_acknowledge(broker: Broker, ctx: RequestContext, req: mes
         return top(session.error_code, session.message)
     acks = _acks(req.topics)
     renew = version >= 2 and req.is_renew_ack
-    results = await _apply_acks(broker, gid, member, acks, renew, mgr.setting(gid, "share.renew.acknowledge.enable"))
+    denied = _unreadable(broker, ctx, list(acks))
+    results: dict[PKey, tuple[int, str | None]] = {k: _TOPIC_DENIED for k in acks if k[0] in denied}
+    acks = {k: b for k, b in acks.items() if k[0] not in denied}
+    results.update(
+        await _apply_acks(broker, gid, member, acks, renew, mgr.setting(gid, "share.renew.acknowledge.enable"))
+    )
     if session.kind == ContextKind.FINAL and session.removed_session is not None:
         mgr.release(gid, member, set(session.removed_session.partitions))
     by_topic: dict[uuid.UUID, Any] = {}

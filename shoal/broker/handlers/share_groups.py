@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.authz import DELETE, DESCRIBE, GROUP, READ, TopicChecks, allowed, authorized_operations
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
 from shoal.broker.net.contract import RequestContext
@@ -42,6 +43,12 @@ log = logging.getLogger("shoal.share.groups")
 
 
 NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+def _may(broker: Broker, ctx: RequestContext, op: Any, gid: str) -> bool:
+    return broker.authorizer is None or allowed(broker, ctx, op, GROUP, gid)
+
+
 AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)
 ASSIGNOR_NAME = "simple"
 
@@ -50,6 +57,18 @@ async def handle_share_group_heartbeat(
     broker: Broker, ctx: RequestContext, req: messages.ShareGroupHeartbeatRequest
 ) -> Any:
     cls = messages.ShareGroupHeartbeatResponse
+    if broker.authorizer is not None:
+        if not _may(broker, ctx, READ, req.group_id):
+            return cls(
+                throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, member_id=None, member_epoch=0
+            )
+        # KIP-932: DESCRIBE on every subscribed topic
+        may_describe = TopicChecks(broker, ctx, DESCRIBE)
+        hidden = sorted({n for n in req.subscribed_topic_names or () if not may_describe.ok(n)})
+        if hidden:  # as Kafka: the code alone (the names are what may not be described)
+            return cls(
+                throttle_time_ms=0, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, member_id=None, member_epoch=0
+            )
     bad = id_error(req.group_id, req.member_id)
     if bad is not None:
         return cls(throttle_time_ms=0, error_code=bad[0], error_message=bad[1], member_id=None, member_epoch=0)
@@ -95,6 +114,9 @@ async def handle_share_group_describe(
     for gid in req.group_ids:
         d = cls.DescribedGroup(group_id=gid, authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
         out.append(d)
+        if not _may(broker, ctx, DESCRIBE, gid):
+            d.error_code, d.group_state = ErrorCode.GROUP_AUTHORIZATION_FAILED, ""
+            continue
         try:
             g = await broker.groups.share.describe(gid)
         except ErrorAnswer as e:
@@ -123,8 +145,21 @@ async def handle_share_group_describe(
             for m in sorted(g.members.values(), key=lambda m: m.member_id)
         ]
         if req.include_authorized_operations:
-            d.authorized_operations = 0  # no authorizer: Kafka reports the allowed set; we report none known
+            d.authorized_operations = authorized_operations(broker, ctx, GROUP, gid)
+    if broker.authorizer is not None:
+        _hide_undescribable(broker, ctx, out)
     return cls(throttle_time_ms=0, groups=out)
+
+
+def _hide_undescribable(broker: Broker, ctx: RequestContext, groups: list) -> None:
+    """As Kafka 4.2: a group whose members are assigned a topic the caller may not describe is
+    answered TOPIC_AUTHORIZATION_FAILED, without its members."""
+    may_describe = TopicChecks(broker, ctx, DESCRIBE)
+    for d in groups:
+        if any(not may_describe.ok(tp.topic_name) for m in d.members for tp in m.assignment.topic_partitions):
+            d.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            d.error_message = "The group has described topic(s) that the client is not authorized to describe."
+            d.members = []
 
 
 # -- share offsets admin ------------------------------------------------------------------
@@ -137,19 +172,30 @@ async def handle_describe_share_group_offsets(
     service = broker.groups.share
     sc = broker.share_coordinator
     groups = []
+    may_describe = TopicChecks(broker, ctx, DESCRIBE) if broker.authorizer is not None else None
     for rg in req.groups:
         g_out = cls.DescribeShareGroupOffsetsResponseGroup(group_id=rg.group_id, error_message=None)
         groups.append(g_out)
+        if not _may(broker, ctx, DESCRIBE, rg.group_id):
+            g_out.error_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            continue
         try:
             _, _, g = service.find(rg.group_id)
         except ErrorAnswer as e:
             g_out.error_code, g_out.error_message = e.code, e.message
             continue
-        if rg.topics is None:  # v1: every topic the group has state for
-            wanted = [(st.name, sorted(st.partitions)) for st in g.initialized.values()]
+        if rg.topics is None:  # v1: every topic the group has state for (that the caller may describe)
+            wanted = [
+                (st.name, sorted(st.partitions))
+                for st in g.initialized.values()
+                if may_describe is None or may_describe.ok(st.name)
+            ]
         else:
             wanted = [(t.topic_name, list(t.partitions)) for t in rg.topics]
         for name, partitions in sorted(wanted):
+            if may_describe is not None and not may_describe.ok(name):
+                g_out.topics.append(_topic_refused(cls, name, partitions))
+                continue
             topic = broker.topics.get(name)
             t_out = cls.DescribeShareGroupOffsetsResponseTopic(
                 topic_name=name, topic_id=topic.topic_id if topic is not None else NO_TOPIC_ID
@@ -178,6 +224,26 @@ async def handle_describe_share_group_offsets(
                     hwm = topic.partitions[i].log.high_watermark
                     p_out.lag = max(0, hwm - summary.start_offset - count)
     return cls(throttle_time_ms=0, groups=groups)
+
+
+def _topic_refused(cls: Any, name: str, partitions: list[int]) -> Any:
+    """A DescribeShareGroupOffsets topic the caller may not describe: TOPIC_AUTHORIZATION_FAILED per
+    partition, and no topic id (nothing about the topic is shown)."""
+    return cls.DescribeShareGroupOffsetsResponseTopic(
+        topic_name=name,
+        topic_id=NO_TOPIC_ID,
+        partitions=[
+            cls.DescribeShareGroupOffsetsResponsePartition(
+                partition_index=i,
+                start_offset=-1,
+                leader_epoch=-1,
+                lag=-1,
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                error_message=None,
+            )
+            for i in partitions
+        ],
+    )
 
 
 def _empty_group(broker: Broker, gid: str) -> tuple[ShareCoordinator, int, Any, Any]:
@@ -217,13 +283,17 @@ async def handle_alter_share_group_offsets(
     broker: Broker, ctx: RequestContext, req: messages.AlterShareGroupOffsetsRequest
 ) -> Any:
     cls = messages.AlterShareGroupOffsetsResponse
+    if not _may(broker, ctx, READ, req.group_id):
+        return cls(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message=None)
+    may_read = TopicChecks(broker, ctx, READ) if broker.authorizer is not None else None
     try:
         sc, p, shard, g, created = _group_to_alter(broker, req.group_id)
     except ErrorAnswer as e:
         return cls(throttle_time_ms=0, error_code=e.code, error_message=e.message)
     responses = []
     for rt in req.topics:
-        topic = broker.topics.get(rt.topic_name)
+        refused = may_read is not None and not may_read.ok(rt.topic_name)
+        topic = None if refused else broker.topics.get(rt.topic_name)
         t_out = cls.AlterShareGroupOffsetsResponseTopic(
             topic_name=rt.topic_name, topic_id=topic.topic_id if topic is not None else NO_TOPIC_ID
         )
@@ -232,6 +302,9 @@ async def handle_alter_share_group_offsets(
         for rp in rt.partitions:
             p_out = cls.AlterShareGroupOffsetsResponsePartition(partition_index=rp.partition_index, error_message=None)
             t_out.partitions.append(p_out)
+            if refused:
+                p_out.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             if topic is None or not 0 <= rp.partition_index < len(topic.partitions):
                 p_out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 p_out.error_message = "This server does not host this topic-partition."
@@ -269,19 +342,26 @@ async def handle_delete_share_group_offsets(
     broker: Broker, ctx: RequestContext, req: messages.DeleteShareGroupOffsetsRequest
 ) -> Any:
     cls = messages.DeleteShareGroupOffsetsResponse
+    if not _may(broker, ctx, DELETE, req.group_id):
+        return cls(throttle_time_ms=0, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message=None)
+    may_read = TopicChecks(broker, ctx, READ) if broker.authorizer is not None else None
     try:
         sc, p, shard, g = _empty_group(broker, req.group_id)
     except ErrorAnswer as e:
         return cls(throttle_time_ms=0, error_code=e.code, error_message=e.message)
     responses = []
     for rt in req.topics:
-        topic = broker.topics.get(rt.topic_name)
+        refused = may_read is not None and not may_read.ok(rt.topic_name)
+        topic = None if refused else broker.topics.get(rt.topic_name)
         t_out = cls.DeleteShareGroupOffsetsResponseTopic(
             topic_name=rt.topic_name,
             topic_id=topic.topic_id if topic is not None else NO_TOPIC_ID,
             error_message=None,
         )
         responses.append(t_out)
+        if refused:
+            t_out.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            continue
         if topic is None:
             t_out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             t_out.error_message = "The topic does not exist."

@@ -46,6 +46,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from shoal.client.admin import acls as A
 from shoal.client.admin import group_protocol as G
 from shoal.client.admin import protocol as P
 from shoal.client.admin.types import (
@@ -674,3 +675,35 @@ class AsyncAdmin:
             deadline,
         )
         return G.parse_delete_share_group_offsets(resp, group)
+
+    # -- ACLs ----------------------------------------------------------------------------
+    @_bounded
+    async def create_acls(
+        self, bindings: Iterable[A.AclBinding], *, timeout_ms: float | None = None
+    ) -> dict[A.AclBinding, BrokerResponseError | None]:
+        """Add ACLs (CreateAcls): None per binding added (or already there), else its error
+        (SECURITY_DISABLED with no authorizer, CLUSTER_AUTHORIZATION_FAILED without ALTER on the
+        cluster, INVALID_REQUEST for a malformed binding)."""
+        wanted = list(dict.fromkeys(bindings))
+        resp = await self._any("CreateAcls", A.build_create_acls(wanted), self._deadline(timeout_ms))
+        return A.parse_create_acls(resp, wanted)
+
+    @_bounded
+    async def describe_acls(
+        self, acl_filter: A.AclBindingFilter | None = None, *, timeout_ms: float | None = None
+    ) -> list[A.AclBinding]:
+        """The ACLs a filter selects (DescribeAcls; default: all). Raises BrokerResponseError for
+        an error answer."""
+        flt = acl_filter if acl_filter is not None else A.AclBindingFilter()
+        resp = await self._any("DescribeAcls", A.build_describe_acls(flt), self._deadline(timeout_ms))
+        return A.parse_describe_acls(resp)
+
+    @_bounded
+    async def delete_acls(
+        self, filters: Iterable[A.AclBindingFilter], *, timeout_ms: float | None = None
+    ) -> dict[A.AclBindingFilter, list[A.AclBinding] | BrokerResponseError]:
+        """Remove every ACL each filter selects (DeleteAcls): per filter, the bindings removed or
+        its error."""
+        wanted = list(dict.fromkeys(filters))
+        resp = await self._any("DeleteAcls", A.build_delete_acls(wanted), self._deadline(timeout_ms))
+        return A.parse_delete_acls(resp, wanted)

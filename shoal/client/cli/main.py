@@ -296,6 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", action="append", required=True, metavar="TOPIC")
     p = _verb(sv, "delete", "delete share groups (they must be empty)")
     _group_options(p)
+
+    from shoal.client.cli import acls as cli_acls
+
+    cli_acls.add_parsers(areas, _verb, _output)
     return parser
 
 
@@ -334,6 +338,10 @@ def _handler(args: argparse.Namespace) -> Any:
         except ImportError as e:  # a build without the producer/consumers
             raise KafkaClientError(f"{args.area} is not available: {e}") from None
         return cli_data.VERBS[args.area]
+    if args.area == "acls":
+        from shoal.client.cli import acls as cli_acls
+
+        return cli_acls.VERBS[args.verb]
     from shoal.client.cli import admin as cli_admin
 
     area = "groups" if args.area == "consumer-groups" else args.area

@@ -57,6 +57,10 @@ says whether it was applied)::
 
     {"resource": {"type": "topic", "name": "demo"},
      "configs": [{"name", "value", "source", "read_only", "sensitive"}]}
+
+``shoal acls list`` (enum names as Kafka spells them: TOPIC, PREFIXED, READ, ALLOW)::
+
+    {"acls": [{"resource_type", "name", "pattern_type", "principal", "host", "operation", "permission"}]}
 """
 
 from __future__ import annotations
@@ -173,6 +177,19 @@ SHAPES: dict[str, dict[str, Any]] = {
     ),
 }
 
+SHAPES["acls list"] = _obj(
+    acls=_arr(
+        _obj(
+            resource_type=_STR,
+            name=_STR,
+            pattern_type=_STR,
+            principal=_STR,
+            host=_STR,
+            operation=_STR,
+            permission=_STR,
+        )
+    )
+)
 SHAPES["groups reset-offsets"] = SHAPES["share-groups reset-offsets"]  # the same plan, for a consumer group
 
 _TYPES: dict[str, Any] = {
