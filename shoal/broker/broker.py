@@ -58,6 +58,7 @@ from shoal.broker.partition.fetch_session import FetchSessionCache
 from shoal.broker.partition.partition import Partition, fetch_key
 from shoal.broker.partition.producer_ids import ProducerIdManager
 from shoal.broker.partition.topics import Topic, TopicManager
+from shoal.broker.security.authenticator import SaslServer
 from shoal.broker.timing.clock import SystemClock
 from shoal.broker.timing.purgatory import Purgatory
 from shoal.broker.timing.timer import AsyncTimer
@@ -110,6 +111,8 @@ class Broker:
         self.stats = BrokerStats()  # counters behind /metrics (shoal.broker.metrics)
         self.ops: Any = None  # the operations HTTP listener (shoal.http.listeners), from start
         self.started = False  # logs recovered and bound: /health/ready also waits for the coordinators
+        # SASL listeners' settings (JAAS parsed now: a bad one stops the start) and SCRAM credentials.
+        self.sasl = SaslServer(config)
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self) -> None:
@@ -166,6 +169,7 @@ class Broker:
         from shoal.broker.share.partition_manager import SharePartitionManager
 
         self.share_partitions = SharePartitionManager(self)
+        self.sasl.open(self.data_dir)
         await self.server.serve()
         self.host, self.port = self.advertised()
         self._background.append(asyncio.create_task(self._retention_loop()))

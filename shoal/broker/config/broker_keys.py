@@ -37,6 +37,7 @@ from shoal.broker.config.keys import (
     Range,
     protocol_map_problem,
 )
+from shoal.broker.config.sasl_keys import SASL_KEYS
 
 _key = ConfigKey
 
@@ -75,7 +76,7 @@ BROKER_CONFIGS: Final = ConfigDef.of(
         "listener.security.protocol.map",
         STR,
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-        "Which security protocol each listener name speaks; Shoal serves PLAINTEXT only.",
+        "Which security protocol each listener name speaks.",
         importance=LOW,
         validator=Check(protocol_map_problem, "NAME:PROTOCOL,..."),
     ),
@@ -436,6 +437,7 @@ BROKER_CONFIGS: Final = ConfigDef.of(
         dynamic=True,
     ),
     *COORDINATOR_KEYS,
+    *SASL_KEYS,
 )
 
 # Pairs (a, b) where a must be strictly below b once everything is parsed.

@@ -180,7 +180,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
 _WILDCARDS: Final = ("", "0.0.0.0", "::")
 LISTENER_PREFIX: Final = "listener.name."
 # Security protocols a listener may speak; one that is not here is refused at start.
-SERVED_SECURITY_PROTOCOLS: Final = ("PLAINTEXT",)
+SERVED_SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SASL_PLAINTEXT")
 
 
 @dataclass(frozen=True, slots=True)

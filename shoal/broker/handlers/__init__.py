@@ -67,6 +67,7 @@ def handler_table() -> HandlerTable:
         list_offsets,
         metadata,
         produce,
+        sasl,
         share_fetch,
         share_groups,
         share_state,
@@ -83,4 +84,5 @@ def handler_table() -> HandlerTable:
     share_groups.register(t)
     share_fetch.register(t)
     share_state.register(t)
+    sasl.register(t)
     return t

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from shoal.broker.partition.partition import Partition
     from shoal.broker.partition.producer_ids import ProducerIdManager
     from shoal.broker.partition.topics import TopicManager
+    from shoal.broker.security.authenticator import SaslServer
     from shoal.broker.share.partition_manager import SharePartitionManager
     from shoal.broker.share_coordinator.service import ShareCoordinator
     from shoal.broker.timing.clock import Clock
@@ -65,6 +66,8 @@ class Broker(Protocol):
     group_configs: GroupConfigs
     share_coordinator: ShareCoordinator | None
     share_partitions: SharePartitionManager
+
+    sasl: SaslServer  # SASL listeners' settings and the SCRAM credentials
 
     def on_append(self, partition: Partition) -> None:
         """Records were appended to `partition`: wake the fetches waiting on it."""
