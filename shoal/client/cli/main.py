@@ -296,6 +296,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", action="append", required=True, metavar="TOPIC")
     p = _verb(sv, "delete", "delete share groups (they must be empty)")
     _group_options(p)
+
+    # SCRAM users (cli/users.py)
+    from shoal.client.cli import users as cli_users
+
+    cli_users.add_parsers(areas.add_parser("users", help="add, list and delete SCRAM users"), _verb)
     return parser
 
 
@@ -334,6 +339,10 @@ def _handler(args: argparse.Namespace) -> Any:
         except ImportError as e:  # a build without the producer/consumers
             raise KafkaClientError(f"{args.area} is not available: {e}") from None
         return cli_data.VERBS[args.area]
+    if args.area == "users":
+        from shoal.client.cli import users as cli_users
+
+        return cli_users.VERBS[args.verb]
     from shoal.client.cli import admin as cli_admin
 
     area = "groups" if args.area == "consumer-groups" else args.area

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shoal.client.core.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from shoal.client.core.sasl import SaslLogin, authenticate
 from shoal.protocol.api import Api, api, api_by_name
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
@@ -109,8 +110,10 @@ class BrokerConnection(asyncio.BufferedProtocol):
         client_id: str | None = SOFTWARE_NAME,
         request_timeout_ms: int = 30000,
         connect_timeout_ms: int = 10000,
+        sasl: SaslLogin | None = None,
     ) -> BrokerConnection:
-        """Open a connection and negotiate API versions; raises KafkaConnectionError."""
+        """Open a connection, negotiate API versions and, given a ``sasl`` login, log in (core/sasl.py);
+        raises KafkaConnectionError (SaslAuthenticationError for a refused login)."""
         loop = asyncio.get_running_loop()
         conn = cls(host, port, node_id, client_id, request_timeout_ms)
         try:
@@ -120,6 +123,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {e or type(e).__name__}") from None
         try:
             await conn._negotiate()
+            if sasl is not None:
+                await authenticate(conn, sasl)
         except BaseException:
             conn.close()
             raise
