@@ -81,6 +81,7 @@ class ScramExchange:
         "_combined",
         "_cred",
         "_fake",
+        "_failed",
         "_first",
         "_known",
         "_lookup",
@@ -107,6 +108,7 @@ class ScramExchange:
         self._combined = ""
         self._cred: ScramCredential | None = None
         self._known = False
+        self._failed = False  # one failure ends the exchange
         self.complete = False
         self.username = ""
 
@@ -116,11 +118,12 @@ class ScramExchange:
 
     def _fail(self, why: str) -> AuthFailed:
         log.debug("%s: %s", self.mech.name, why)
+        self._failed = True
         return AuthFailed(failure_message(self.mech.name))
 
     def evaluate(self, token: bytes) -> bytes:
-        if self.complete:
-            raise self._fail("a token after the exchange completed")
+        if self.complete or self._failed:
+            raise self._fail("a token after the exchange ended")
         if self._first is None:
             return self._client_first(token)
         return self._client_final(token)
