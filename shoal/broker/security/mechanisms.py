@@ -80,8 +80,8 @@ class ScramExchange:
     __slots__ = (
         "_combined",
         "_cred",
-        "_fake",
         "_failed",
+        "_fake",
         "_first",
         "_known",
         "_lookup",
