@@ -23,7 +23,13 @@ from shoal.broker.security.authenticator import AuthFailed
 from shoal.broker.security.scram_store import Deletion, Upsertion
 from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode
-from shoal.protocol.sasl.scram import MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted, mechanism_by_id
+from shoal.protocol.sasl.scram import (
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    ScramMechanism,
+    credential_from_salted,
+    mechanism_by_id,
+)
 
 
 def register(t: HandlerTable) -> None:
@@ -136,10 +142,8 @@ def handle_alter_user_scram_credentials(
     def refuse(user: str, code: int, message: str) -> None:
         errors.setdefault(user, (code, message))
 
-    changes = [(d, None) for d in req.deletions] + [(None, u) for u in req.upsertions]
-    for d, u in changes:
-        item: Any = d if d is not None else u
-        name, mech_id = item.name, item.mechanism
+    def check(name: str, mech_id: int) -> ScramMechanism | None:
+        """The mechanism of one change, or None with the user's error recorded."""
         order.setdefault(name, None)
         mech = mechanism_by_id(mech_id)
         if not name:
@@ -148,23 +152,31 @@ def handle_alter_user_scram_credentials(
             refuse(name, ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {mech_id}")
         elif (name, mech_id) in seen:
             refuse(name, ErrorCode.DUPLICATE_RESOURCE, "A credential may be altered only once per request")
-        elif d is not None:
-            seen.add((name, mech_id))
-            if store.get(name, mech.name) is None:
-                refuse(name, ErrorCode.RESOURCE_NOT_FOUND, "No such credential to delete")
-            deletions.append(Deletion(name, mech.name))
         else:
             seen.add((name, mech_id))
-            if u.iterations < MIN_ITERATIONS:
-                refuse(name, ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too few iterations: at least {MIN_ITERATIONS}")
-            elif u.iterations > MAX_ITERATIONS:
-                refuse(name, ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too many iterations: at most {MAX_ITERATIONS}")
-            elif not u.salt or len(u.salted_password) != mech.digest_size:
-                refuse(name, ErrorCode.UNACCEPTABLE_CREDENTIAL, "The salt or the salted password is malformed")
-            else:
-                salted = bytes(u.salted_password)
-                cred = credential_from_salted(mech, salted, bytes(u.salt), u.iterations)
-                upsertions.append(Upsertion(name, mech.name, cred))
+            return mech
+        return None
+
+    for d in req.deletions:
+        mech = check(d.name, d.mechanism)
+        if mech is None:
+            continue
+        if store.get(d.name, mech.name) is None:
+            refuse(d.name, ErrorCode.RESOURCE_NOT_FOUND, "No such credential to delete")
+        deletions.append(Deletion(d.name, mech.name))
+    for u in req.upsertions:
+        mech = check(u.name, u.mechanism)
+        if mech is None:
+            continue
+        if u.iterations < MIN_ITERATIONS:
+            refuse(u.name, ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too few iterations: at least {MIN_ITERATIONS}")
+        elif u.iterations > MAX_ITERATIONS:
+            refuse(u.name, ErrorCode.UNACCEPTABLE_CREDENTIAL, f"Too many iterations: at most {MAX_ITERATIONS}")
+        elif not u.salt or len(u.salted_password) != mech.digest_size:
+            refuse(u.name, ErrorCode.UNACCEPTABLE_CREDENTIAL, "The salt or the salted password is malformed")
+        else:
+            cred = credential_from_salted(mech, bytes(u.salted_password), bytes(u.salt), u.iterations)
+            upsertions.append(Upsertion(u.name, mech.name, cred))
     good_deletions = [d for d in deletions if d.user not in errors]
     good_upsertions = [u for u in upsertions if u.user not in errors]
     if good_deletions or good_upsertions:

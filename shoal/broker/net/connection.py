@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import mmap
-import struct
 from collections import deque
 from time import perf_counter_ns
 from typing import Any
@@ -46,7 +45,7 @@ from shoal.broker.security.authenticator import SASL_PROTOCOLS, AuthFailed, RawT
 from shoal.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from shoal.protocol.api import api_by_name
 from shoal.protocol.exceptions import ProtocolError
-from shoal.protocol.frames import PREFIX, Framer, UnsupportedRequest, decode_request, encode_response
+from shoal.protocol.frames import PREFIX, Framer, UnsupportedRequest, decode_request, encode_frame, encode_response
 
 log = logging.getLogger("shoal.connection")
 # Every request in and answer out, at DEBUG (log.level=DEBUG), as Kafka's kafka.request.logger:
@@ -427,7 +426,7 @@ class Connection(asyncio.BufferedProtocol):
             if s.payload is NO_RESPONSE:
                 continue
             if type(s.payload) is RawToken:
-                out.append(struct.pack(">i", len(s.payload.data)) + s.payload.data)
+                out.append(encode_frame(s.payload.data))
                 continue
             try:
                 out.extend(encode_response(s.api_key, s.version, s.correlation_id, s.payload))
