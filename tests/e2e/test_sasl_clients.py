@@ -7,6 +7,7 @@ a clean restart and a kill -9; no password ever reaches the broker's log."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -19,6 +20,7 @@ import uuid
 import pytest
 
 from shoal.client import AsyncAdmin, AsyncConsumer, AsyncProducer, AsyncShareConsumer
+from shoal.client.cli.shapes import SHAPES, validate
 from shoal.client.core.errors import SaslAuthenticationError
 from tests.support.brokers import ROOT, BrokerProcess, RawClient
 from tests.support.share_clients import FAST
@@ -423,6 +425,9 @@ def test_cli_over_sasl(broker, mech, tmp_path) -> None:
     assert f"dave-{mech}-pw" not in out + err
     rc, out, err = _cli("users", "list", user, *conn)
     assert rc == 0 and f"{user}" in out and "SCRAM-SHA-512" in out and "8192" in out, out + err
+    rc, out, err = _cli("users", "list", user, "--output", "json", *conn)
+    assert rc == 0 and validate(json.loads(out), SHAPES["users list"]) == []
+    assert json.loads(out) == {"users": [{"user": user, "mechanism": "SCRAM-SHA-512", "iterations": 8192}]}
     # The new user logs in with the password from the file.
     p = confluent_kafka.Producer(
         {

@@ -44,6 +44,7 @@ def test_jaas_options_quoting_and_escapes() -> None:
         (f'{PLAIN_MODULE} mandatory user_a="{SECRET}";', "control flag"),
         (f'{PLAIN_MODULE} required user_a="{SECRET};', "never closed"),
         (f"{PLAIN_MODULE} required user_a {SECRET};", "needs '=value'"),
+        (f"{PLAIN_MODULE} required user_a=unquoted {SECRET} words;", "needs '=value'"),
         (f"{PLAIN_MODULE} required user_a=;{SECRET}", "no value"),
         (f'{PLAIN_MODULE} required user_a="{SECRET}" user_a="{SECRET}";', "twice"),
         (f'{PLAIN_MODULE} required user_a="{SECRET}"; {PLAIN_MODULE} required;', "exactly one"),

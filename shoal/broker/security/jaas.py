@@ -97,12 +97,12 @@ def parse_jaas(text: str, key: str = "sasl.jaas.config") -> JaasEntry:
         if quoted or tok == "=":
             raise ConfigError(key, f"expected an option name at character {pos}")
         if i + 2 >= len(toks) or toks[i + 1][0] != "=" or toks[i + 1][1]:
-            raise ConfigError(key, f"option {tok!r} at character {pos} needs '=value'")
+            raise ConfigError(key, f"the option at character {pos} needs '=value'")
         value, value_quoted, _ = toks[i + 2]
         if not value_quoted and value in "=;":
-            raise ConfigError(key, f"option {tok!r} at character {pos} has no value")
+            raise ConfigError(key, f"the option at character {pos} has no value")
         if tok in options:
-            raise ConfigError(key, f"option {tok!r} is given twice")
+            raise ConfigError(key, f"the option at character {pos} is given twice")
         options[tok] = value
         i += 3
     if i + 1 != len(toks):

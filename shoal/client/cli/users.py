@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import sys
 from typing import Any
 
@@ -36,6 +37,12 @@ def add_parsers(users: Any, verb: Any) -> None:
     p.add_argument("--password-file", metavar="FILE", help="read the password from the first line of FILE")
     p = verb(uv, "list", "SCRAM users with their mechanisms and iteration counts")
     p.add_argument("users", nargs="*", metavar="USER", help="default: every user")
+    p.add_argument(
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text (a table, the default) or json (one document; shape in shoal.client.cli.shapes)",
+    )
     p = verb(uv, "delete", "remove a SCRAM user's credentials")
     p.add_argument("user")
     p.add_argument("--mechanism", action="append", choices=tuple(MECHANISMS), help="default: every mechanism")
@@ -78,15 +85,20 @@ async def users_list(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     async with AsyncAdmin(settings) as admin:
         res = await admin.describe_user_scram_credentials(args.users or None)
     rc = 0
-    print(f"{'USER':<24} {'MECHANISM':<15} ITERATIONS", flush=True)
+    rows = []
     for user, v in res.items():
         if isinstance(v, BaseException):
             print(f"Error: {user}: {v}", file=sys.stderr, flush=True)
             rc = 1
             continue
         assert isinstance(v, UserScramCredentials)
-        for c in v.credentials:
-            print(f"{user:<24} {c.mechanism:<15} {c.iterations}", flush=True)
+        rows += [{"user": user, "mechanism": c.mechanism, "iterations": c.iterations} for c in v.credentials]
+    if args.output == "json":
+        print(json.dumps({"users": rows}, indent=2), flush=True)
+    else:
+        print(f"{'USER':<24} {'MECHANISM':<15} ITERATIONS", flush=True)
+        for r in rows:
+            print(f"{r['user']:<24} {r['mechanism']:<15} {r['iterations']}", flush=True)
     return rc
 
 
