@@ -59,6 +59,7 @@ from shoal.broker.partition.partition import Partition, fetch_key
 from shoal.broker.partition.producer_ids import ProducerIdManager
 from shoal.broker.partition.topics import Topic, TopicManager
 from shoal.broker.security.acl import CLUSTER_NAME
+from shoal.broker.security.authenticator import SaslServer
 from shoal.broker.timing.clock import SystemClock
 from shoal.broker.timing.purgatory import Purgatory
 from shoal.broker.timing.timer import AsyncTimer
@@ -116,16 +117,21 @@ class Broker:
         self.stats = BrokerStats()  # counters behind /metrics (shoal.broker.metrics)
         self.ops: Any = None  # the operations HTTP listener (shoal.http.listeners), from start
         self.started = False  # logs recovered and bound: /health/ready also waits for the coordinators
+        # SASL listeners' settings (JAAS parsed now: a bad one stops the start) and SCRAM credentials.
+        self.sasl = SaslServer(config)
 
     # -- lifecycle -------------------------------------------------------------
     async def start(self) -> None:
+        from shoal.broker.net.server import Server
+
+        # The listeners' TLS contexts are built here, before the data directory is touched: a
+        # key or certificate that cannot be used stops the start with nothing created.
+        server = Server(self)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.dir_lock.acquire()  # DataDirLocked if another broker has it: before anything is read or written
         try:
-            from shoal.broker.net.server import Server
-
             # The Kafka listener's address first (accepting only once started): see Server.bind.
-            self.server = Server(self)
+            self.server = server
             for listener in self.config.endpoints:
                 await self.server.bind(listener)
             await self._start_ops()
@@ -173,6 +179,7 @@ class Broker:
         from shoal.broker.share.partition_manager import SharePartitionManager
 
         self.share_partitions = SharePartitionManager(self)
+        self.sasl.open(self.data_dir)
         await self.server.serve()
         self.host, self.port = self.advertised()
         self._background.append(asyncio.create_task(self._retention_loop()))

@@ -258,6 +258,11 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
     return out
 
 
+def encode_frame(payload: bytes) -> bytes:
+    """A bare size-prefixed frame with no header: how SASL tokens travel after a SaslHandshake v0."""
+    return _SIZE.pack(len(payload)) + payload
+
+
 def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> list:
     """A complete response frame (size prefix included) as a list of buffers."""
     a = api(api_key)

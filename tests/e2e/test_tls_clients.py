@@ -302,6 +302,8 @@ def test_bundled_client_settings_are_checked_before_connecting(files) -> None:
     with pytest.raises(ConfigError, match=r"ssl\.ca\.location"):
         AsyncAdmin({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL", "ssl.ca.location": "/nope.pem"})
     with pytest.raises(ConfigError, match=r"security\.protocol"):
+        AsyncAdmin({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "KERBEROS"})
+    with pytest.raises(ConfigError, match=r"sasl\.username"):  # SASL_SSL logs in: it needs a user
         AsyncAdmin({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_SSL"})
     with pytest.raises(ConfigError, match=r"ssl\.key\.location"):
         AsyncProducer({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL", "ssl.key.location": "/k"})

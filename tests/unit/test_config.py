@@ -152,6 +152,7 @@ def test_divergences_from_kafka_are_exactly_the_intended_ones() -> None:
         "transaction.state.log.min.isr",
         "ssl.keystore.type",  # PEM: Shoal reads no JKS
         "ssl.truststore.type",
+        "sasl.enabled.mechanisms",
     }
     assert BROKER_CONFIGS["log.level"].kafka_default is SHOAL_ONLY
     for k in BROKER_CONFIGS:
@@ -458,13 +459,13 @@ def test_listener_selection_and_advertising() -> None:
 def test_listener_rules() -> None:
     with raises("listeners"):
         cfg(listeners="PLAINTEXT://:1,PLAINTEXT://:2")
-    with raises("listeners"):
-        cfg(listeners="SASL_SSL://:1")  # a protocol Shoal does not serve (yet)
-    assert cfg(listeners="SSL://:1").endpoints[0].security_protocol == "SSL"  # TLS is served
-    # #28: a listener that would not be bound stops the broker (it was silently ignored).
-    with raises("listeners") as e:
-        cfg(listeners="PLAINTEXT://:9092,SASL_SSL://:9093")
-    assert "SASL_SSL://:9093 (SASL_SSL)" in str(e.value)
+    # every security protocol of Kafka's is served (#16), on as many listeners as named
+    many = cfg(
+        listeners="PLAINTEXT://:9092,SSL://:9093,SASL_PLAINTEXT://:9094,SASL_SSL://:9095",
+    )
+    assert [e.security_protocol for e in many.endpoints] == ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+    with raises("listener.security.protocol.map"):
+        cfg(listeners="PLAINTEXT://:9092", listener_security_protocol_map="PLAINTEXT:GSSAPI")
     with raises("listeners") as e:
         cfg(listeners="PLAINTEXT://:9092,INTERNAL://127.0.0.1:9092", listener_security_protocol_map=_TWO)
     assert "its own port" in str(e.value)

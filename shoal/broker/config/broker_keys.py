@@ -37,6 +37,7 @@ from shoal.broker.config.keys import (
     Range,
     protocol_map_problem,
 )
+from shoal.broker.config.sasl_keys import SASL_KEYS
 from shoal.broker.config.ssl_keys import SSL_KEYS
 
 _key = ConfigKey
@@ -94,7 +95,7 @@ BROKER_CONFIGS: Final = ConfigDef.of(
         "listener.security.protocol.map",
         STR,
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-        "Which security protocol each listener name speaks; Shoal serves PLAINTEXT and SSL.",
+        "Which security protocol each listener name speaks.",
         importance=LOW,
         validator=Check(protocol_map_problem, "NAME:PROTOCOL,..."),
     ),
@@ -480,6 +481,7 @@ BROKER_CONFIGS: Final = ConfigDef.of(
     ),
     *COORDINATOR_KEYS,
     *SSL_KEYS,
+    *SASL_KEYS,
 )
 
 # Pairs (a, b) where a must be strictly below b once everything is parsed.

@@ -180,7 +180,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
 _WILDCARDS: Final = ("", "0.0.0.0", "::")
 LISTENER_PREFIX: Final = "listener.name."
 # Security protocols a listener may speak; one that is not here is refused at start.
-SERVED_SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL")
+SERVED_SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,7 @@ def handler_table() -> HandlerTable:
         list_offsets,
         metadata,
         produce,
+        sasl,
         share_fetch,
         share_groups,
         share_state,
@@ -85,4 +86,5 @@ def handler_table() -> HandlerTable:
     share_fetch.register(t)
     share_state.register(t)
     acls.register(t)
+    sasl.register(t)
     return t

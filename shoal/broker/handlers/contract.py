@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from shoal.broker.partition.partition import Partition
     from shoal.broker.partition.producer_ids import ProducerIdManager
     from shoal.broker.partition.topics import TopicManager
+    from shoal.broker.security.authenticator import SaslServer
     from shoal.broker.security.authorizer import Authorizer
     from shoal.broker.share.partition_manager import SharePartitionManager
     from shoal.broker.share_coordinator.service import ShareCoordinator
@@ -73,6 +74,8 @@ class Broker(Protocol):
     def save_acls(self) -> None:
         """Write the authorizer's bindings durably (raises if the write fails)."""
         ...
+
+    sasl: SaslServer  # SASL listeners' settings and the SCRAM credentials
 
     def on_append(self, partition: Partition) -> None:
         """Records were appended to `partition`: wake the fetches waiting on it."""

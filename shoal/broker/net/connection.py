@@ -41,16 +41,18 @@ from shoal.broker.config.settings import Listener
 from shoal.broker.metrics.counters import BrokerStats
 from shoal.broker.net.buffers import FramePool
 from shoal.broker.net.contract import NO_RESPONSE, ConnectionOwner, RequestContext
+from shoal.broker.security.authenticator import SASL_PROTOCOLS, AuthFailed, RawToken
 from shoal.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from shoal.protocol.api import api_by_name
 from shoal.protocol.exceptions import ProtocolError
-from shoal.protocol.frames import PREFIX, Framer, UnsupportedRequest, decode_request, encode_response
+from shoal.protocol.frames import PREFIX, Framer, UnsupportedRequest, decode_request, encode_frame, encode_response
 
 log = logging.getLogger("shoal.connection")
 # Every request in and answer out, at DEBUG (log.level=DEBUG), as Kafka's kafka.request.logger:
 # how to tell, from the broker's side, which request a client still waits for.
 trace = logging.getLogger("shoal.request")
 _API_VERSIONS = api_by_name("ApiVersions").key
+_SASL_AUTHENTICATE = api_by_name("SaslAuthenticate").key
 
 _STAGING = 256 * 1024
 # Staging pages touched past this are handed back to the kernel once staging is empty again.
@@ -95,6 +97,13 @@ class Connection(asyncio.BufferedProtocol):
         self._pool: FramePool = server.frame_pool
         # Sizes and frame bounds: the framer's; which buffer the bytes land in: ours.
         self._framer = Framer(self.max_frame, limit="socket.request.max.bytes")
+        # A SASL listener takes nothing but the SASL exchange, in frames of at most
+        # sasl.server.max.receive.size, until the peer has authenticated (security/authenticator.py).
+        sasl = getattr(self.broker, "sasl", None) if self.security_protocol in SASL_PROTOCOLS else None
+        self.sasl = sasl.session(self.listener, self._authenticated) if sasl is not None else None
+        if self.sasl is not None:
+            self._framer.max_size = min(self.max_frame, self.sasl.max_receive)
+            self._framer.limit = "sasl.server.max.receive.size before authentication"
         self._big: bytearray | None = None  # pooled buffer of the frame being received directly
         self._expect = 0  # size of the last large frame: the next read goes into a pooled buffer
         self._spec: bytearray | None = None  # that buffer, handed to the transport
@@ -321,6 +330,10 @@ class Connection(asyncio.BufferedProtocol):
             self._staging_high = n
 
     def _on_frame(self, frame: memoryview) -> None:
+        sasl = self.sasl
+        if sasl is not None and sasl.raw and not sasl.complete:
+            self._sasl_token(frame)
+            return
         try:
             request = decode_request(frame)
         except UnsupportedRequest as e:
@@ -329,6 +342,11 @@ class Connection(asyncio.BufferedProtocol):
         except ProtocolError as e:
             self._reject(f"malformed request: {e}")
             return
+        if sasl is not None and not sasl.complete:
+            refusal = sasl.refusal(request.api.key)
+            if refusal is not None:
+                self._reject(refusal)
+                return
         slot = _Slot(request.api.key, request.version, request.correlation_id)
         self._slots.append(slot)
         if self._trace:
@@ -345,6 +363,31 @@ class Connection(asyncio.BufferedProtocol):
             self, request.api.key, request.version, request.correlation_id, request.client_id, request.header
         )
         self.broker.dispatch(ctx, request.body, slot, self)
+
+    # -- SASL ------------------------------------------------------------------------
+    def _authenticated(self, principal: KafkaPrincipal) -> None:
+        """The SASL exchange succeeded: requests are now the principal's, at full size."""
+        self.principal = principal
+        self._framer.max_size = self.max_frame
+        self._framer.limit = "socket.request.max.bytes"
+
+    def _sasl_token(self, frame: memoryview) -> None:
+        """After a SaslHandshake v0 a frame is a bare token (no request header), answered with a
+        bare token; a failed exchange closes the connection after the failure delay."""
+        sasl = self.sasl
+        assert sasl is not None
+        slot = _Slot(_SASL_AUTHENTICATE, 0, 0)
+        self._slots.append(slot)
+        try:
+            answer = sasl.authenticate(bytes(frame))
+        except AuthFailed:
+            self.close_after_answers("SASL authentication failed")
+            if self._loop is not None:
+                self._loop.call_later(sasl.failure_delay_ms / 1000, self.complete, slot, NO_RESPONSE)
+            else:
+                self.complete(slot, NO_RESPONSE)
+            return
+        self.complete(slot, RawToken(answer))
 
     def _unsupported(self, e: UnsupportedRequest) -> None:
         if e.api_key == _API_VERSIONS:
@@ -389,6 +432,9 @@ class Connection(asyncio.BufferedProtocol):
             if self._trace:
                 trace.debug("%s -> api %d corr %d%s", self.peer, s.api_key, s.correlation_id, _summary(s.payload))
             if s.payload is NO_RESPONSE:
+                continue
+            if type(s.payload) is RawToken:
+                out.append(encode_frame(s.payload.data))
                 continue
             try:
                 out.extend(encode_response(s.api_key, s.version, s.correlation_id, s.payload))
@@ -457,6 +503,11 @@ class Connection(asyncio.BufferedProtocol):
         self._update_reading()
         if not self._slots:
             self._close_doomed()
+
+    def close_after_answers(self, reason: str) -> None:
+        """Read nothing more; close once the requests taken so far are answered (a failed SASL
+        exchange: its answer may still be on its way)."""
+        self._reject(reason)
 
     def _close_doomed(self) -> None:
         self._closed = True

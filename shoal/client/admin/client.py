@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 from shoal.client.admin import acls as A
 from shoal.client.admin import group_protocol as G
 from shoal.client.admin import protocol as P
+from shoal.client.admin import scram as S
 from shoal.client.admin.types import (
     AlterConfigOp,
     ClusterDescription,
@@ -707,3 +708,22 @@ class AsyncAdmin:
         wanted = list(dict.fromkeys(filters))
         resp = await self._any("DeleteAcls", A.build_delete_acls(wanted), self._deadline(timeout_ms))
         return A.parse_delete_acls(resp, wanted)
+
+    # -- SCRAM users ---------------------------------------------------------------------
+    @_bounded
+    async def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None, *, timeout_ms: float | None = None
+    ) -> dict[str, S.UserScramCredentials | BrokerResponseError]:
+        """Each user's SCRAM mechanisms and iteration counts (every user with one when ``users``
+        is None); a user without any gets RESOURCE_NOT_FOUND."""
+        body = S.build_describe(None if users is None else list(users))
+        return S.parse_describe(await self._any("DescribeUserScramCredentials", body, self._deadline(timeout_ms)))
+
+    @_bounded
+    async def alter_user_scram_credentials(
+        self, alterations: Iterable[S.ScramUpsertion | S.ScramDeletion], *, timeout_ms: float | None = None
+    ) -> dict[str, BrokerResponseError | None]:
+        """Create, replace or delete SCRAM credentials; per user, None or the broker's refusal
+        (none of a refused user's changes is applied)."""
+        body = S.build_alter(alterations)
+        return S.parse_alter(await self._controller_call("AlterUserScramCredentials", body, self._deadline(timeout_ms)))

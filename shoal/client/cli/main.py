@@ -300,6 +300,10 @@ def build_parser() -> argparse.ArgumentParser:
     from shoal.client.cli import acls as cli_acls
 
     cli_acls.add_parsers(areas, _verb, _output)
+    # SCRAM users (cli/users.py)
+    from shoal.client.cli import users as cli_users
+
+    cli_users.add_parsers(areas.add_parser("users", help="add, list and delete SCRAM users"), _verb)
     return parser
 
 
@@ -342,6 +346,10 @@ def _handler(args: argparse.Namespace) -> Any:
         from shoal.client.cli import acls as cli_acls
 
         return cli_acls.VERBS[args.verb]
+    if args.area == "users":
+        from shoal.client.cli import users as cli_users
+
+        return cli_users.VERBS[args.verb]
     from shoal.client.cli import admin as cli_admin
 
     area = "groups" if args.area == "consumer-groups" else args.area

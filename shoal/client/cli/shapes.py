@@ -53,6 +53,10 @@ says whether it was applied)::
 
     {"group", "executed", "offsets": [{"topic", "partition", "new_offset"}], "warnings": [str]}
 
+``shoal users list`` (one entry per credential: a user with both SCRAM mechanisms has two)::
+
+    {"users": [{"user", "mechanism", "iterations"}]}
+
 ``shoal configs describe``::
 
     {"resource": {"type": "topic", "name": "demo"},
@@ -190,6 +194,7 @@ SHAPES["acls list"] = _obj(
         )
     )
 )
+SHAPES["users list"] = _obj(users=_arr(_obj(user=_STR, mechanism=_STR, iterations=_INT)))
 SHAPES["groups reset-offsets"] = SHAPES["share-groups reset-offsets"]  # the same plan, for a consumer group
 
 _TYPES: dict[str, Any] = {

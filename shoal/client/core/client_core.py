@@ -40,7 +40,9 @@ from shoal.client.core.errors import (
     KafkaClientError,
     KafkaConnectionError,
     KafkaTimeoutError,
+    SaslAuthenticationError,
 )
+from shoal.client.core.sasl import login_from_config
 from shoal.client.core.tls import client_ssl_context
 from shoal.protocol.api import api_by_name
 from shoal.protocol.constants import CoordinatorType
@@ -142,6 +144,8 @@ class ClientCore:
                 try:
                     conn = await self._open(host, port, -1 - i)
                     break
+                except SaslAuthenticationError:
+                    raise  # a refused login fails the same way on every server: not retried
                 except KafkaClientError as e:
                     errors.append(str(e))
             if conn is not None or self.now_ms() + backoff.base_ms > deadline or round_ == 2:
@@ -205,6 +209,7 @@ class ClientCore:
             request_timeout_ms=cfg["request.timeout.ms"],
             connect_timeout_ms=cfg["socket.connection.setup.timeout.ms"],
             ssl=self.ssl_context,
+            sasl=login_from_config(cfg),
         )
 
     async def connection(self, node_id: int) -> BrokerConnection:

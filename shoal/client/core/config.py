@@ -162,7 +162,6 @@ COMMON_OPTIONS: tuple[Option, ...] = (
     Option("socket.connection.setup.timeout.ms", "int", 10000, "time to open a TCP connection", 1),
     Option("metadata.max.age.ms", "int", 300000, "metadata is refreshed at least this often", 0),
     # TLS (librdkafka's names; shoal.client.core.tls builds the context)
-    Option("security.protocol", "choice", "plaintext", "plaintext or ssl", choices=("plaintext", "ssl")),
     Option("ssl.ca.location", "str", None, "PEM file of the CAs the broker's certificate must chain to", nullable=True),
     Option("ssl.certificate.location", "str", None, "PEM file of this client's certificate (chain)", nullable=True),
     Option("ssl.key.location", "str", None, "PEM file of this client's private key", nullable=True),
@@ -174,6 +173,16 @@ COMMON_OPTIONS: tuple[Option, ...] = (
         "https: the broker's certificate must name the host connected to; none: not checked",
         choices=("https", "none"),
     ),
+    # SASL, by librdkafka's names (core/sasl.py logs in on every new connection)
+    Option(
+        "security.protocol",
+        "str",
+        "PLAINTEXT",
+        "PLAINTEXT, SSL (TLS: ssl.*), SASL_PLAINTEXT (log in with sasl.mechanism) or SASL_SSL (both)",
+    ),
+    Option("sasl.mechanism", "str", "PLAIN", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (GSSAPI is not offered)"),
+    Option("sasl.username", "str", None, "SASL user name", nullable=True),
+    Option("sasl.password", "str", None, "SASL password (never logged)", nullable=True),
 )
 
 PRODUCER_OPTIONS: tuple[Option, ...] = (
@@ -287,7 +296,6 @@ _TABLES: dict[str, tuple[Option, ...]] = {
 
 _UNSUPPORTED = {
     "transactional.id": "transactions are not supported by this client",
-    "sasl.mechanism": "SASL is not supported",
 }
 
 
@@ -320,7 +328,8 @@ class Config(Mapping[str, Any]):
             raise AttributeError(attr) from None
 
     def __repr__(self) -> str:
-        return f"Config({self._kind}, {self._values!r})"
+        shown = {k: "***" if "password" in k and v is not None else v for k, v in self._values.items()}
+        return f"Config({self._kind}, {shown!r})"
 
     def with_overrides(self, **changes: Any) -> Config:
         """A copy with some values replaced (validated like the originals)."""
@@ -352,7 +361,23 @@ def build_config(kind: str, config: Mapping[str, Any] | None = None, kwargs: Map
     return Config(kind, values)
 
 
+# Upper-case names, as librdkafka and Kafka spell them (any case is accepted).
+SECURITY_PROTOCOLS: tuple[str, ...] = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _check_security(v: dict[str, Any]) -> None:
+    for key, allowed in (("security.protocol", SECURITY_PROTOCOLS), ("sasl.mechanism", SASL_MECHANISMS)):
+        text = str(v[key]).strip().upper()
+        if text not in allowed:
+            raise ConfigError(key, f"{v[key]!r} is not one of {', '.join(allowed)}")
+        v[key] = text
+    if v["security.protocol"].startswith("SASL_") and (not v["sasl.username"] or v["sasl.password"] is None):
+        raise ConfigError("sasl.username", f"sasl.username and sasl.password are needed with {v['security.protocol']}")
+
+
 def _check_relations(kind: str, v: dict[str, Any], given: Mapping[str, Any]) -> None:
+    _check_security(v)
     if v["retry.backoff.max.ms"] < v["retry.backoff.ms"]:
         raise ConfigError("retry.backoff.max.ms", "must not be below retry.backoff.ms")
     if kind == "producer" and v["enable.idempotence"] and "enable.idempotence" not in given:

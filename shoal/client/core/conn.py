@@ -34,6 +34,7 @@ from ssl import SSLContext
 from typing import Any
 
 from shoal.client.core.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
+from shoal.client.core.sasl import SaslLogin, authenticate
 from shoal.protocol.api import Api, api, api_by_name
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
@@ -111,8 +112,10 @@ class BrokerConnection(asyncio.BufferedProtocol):
         request_timeout_ms: int = 30000,
         connect_timeout_ms: int = 10000,
         ssl: SSLContext | None = None,
+        sasl: SaslLogin | None = None,
     ) -> BrokerConnection:
-        """Open a connection and negotiate API versions; raises KafkaConnectionError.
+        """Open a connection, negotiate API versions and, given a ``sasl`` login, log in (core/sasl.py);
+        raises KafkaConnectionError (SaslAuthenticationError for a refused login).
 
         With ``ssl`` (``core.tls.client_ssl_context``) the TLS handshake is part of the
         connect and of its timeout; the host name checked against the certificate is ``host``."""
@@ -126,6 +129,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {e or type(e).__name__}") from None
         try:
             await conn._negotiate()
+            if sasl is not None:
+                await authenticate(conn, sasl)
         except BaseException:
             conn.close()
             raise

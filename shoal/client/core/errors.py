@@ -31,6 +31,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "RebalanceInProgressError",
     "RecordDeserializationError",
+    "SaslAuthenticationError",
     "UnsupportedVersionError",
     "raise_for_code",
 ]
@@ -58,6 +59,13 @@ class KafkaConnectionError(KafkaClientError):
     """A connection to a broker could not be opened or was lost mid-request."""
 
     retriable = True
+
+
+class SaslAuthenticationError(KafkaConnectionError):
+    """The broker refused our SASL login (a wrong password, an unknown user, a mechanism it does
+    not enable), or did not prove it knows our SCRAM credential. Not retried: it would fail again."""
+
+    retriable = False
 
 
 class KafkaTimeoutError(KafkaClientError, TimeoutError):

@@ -23,6 +23,7 @@ from shoal.client.core.client_core import ClientCore
 from shoal.client.core.config import Config
 from shoal.client.core.conn import BrokerConnection
 from shoal.client.core.errors import KafkaClientError, KafkaConnectionError, KafkaTimeoutError
+from shoal.client.core.sasl import login_from_config
 from shoal.protocol.constants import CoordinatorType
 
 __all__ = ["CoordinatorLink"]
@@ -62,6 +63,7 @@ class CoordinatorLink:
                     request_timeout_ms=cfg["request.timeout.ms"],
                     connect_timeout_ms=cfg["socket.connection.setup.timeout.ms"],
                     ssl=self._core.ssl_context,
+                    sasl=login_from_config(cfg),
                 )
             except KafkaClientError:
                 self._core.coordinator_dead(self.key, self.key_type)
