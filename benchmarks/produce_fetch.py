@@ -606,14 +606,22 @@ def main() -> None:
     ap.add_argument(
         "--security",
         action="store_true",
-        help="only the TLS figures (benchmarks/security_tls.py): produce and fetch MB/s and new connections/s "
-        "over SSL next to PLAINTEXT, one broker with both listeners",
+        help="only the security figures: produce and fetch MB/s and new connections/s over SSL next to "
+        "PLAINTEXT, one broker with both listeners (benchmarks/security_tls.py), then SASL authentications/s "
+        "(PLAIN, SCRAM-SHA-256/512) next to plaintext connections/s (benchmarks/security_scram.py)",
     )
     args = ap.parse_args()
     if args.security:
+        import security_scram
         from security_tls import report
 
         report(args.quick)
+        print()
+        rates = security_scram.measure(1.5 if args.quick else 3.0)
+        base = rates["plaintext connections"]
+        print(f"{'setup (one client, one at a time)':<44} {'per second':>10}  vs plaintext")
+        for name, rate in rates.items():
+            print(f"{name:<44} {rate:>10.0f}  {rate / base:>6.0%}")
         return
     if args.metrics == "both":
         metrics_overhead(args.quick, args.rounds or (4 if args.quick else 8))
