@@ -60,11 +60,12 @@ from shoal.broker.partition.producer_ids import ProducerIdManager
 from shoal.broker.partition.topics import Topic, TopicManager
 from shoal.broker.security.acl import CLUSTER_NAME
 from shoal.broker.security.authenticator import SaslServer
+from shoal.broker.security.principal import USER_TYPE, KafkaPrincipal
 from shoal.broker.timing.clock import SystemClock
 from shoal.broker.timing.purgatory import Purgatory
 from shoal.broker.timing.timer import AsyncTimer
 from shoal.protocol.api import api_by_name
-from shoal.protocol.constants import AclResourceType
+from shoal.protocol.constants import AclOperation, AclResourceType
 from shoal.protocol.error_responses import error_response
 from shoal.protocol.errors import ErrorCode
 
@@ -223,6 +224,14 @@ class Broker:
         if not host:
             host = bound[0][0] if bound else "127.0.0.1"
         return host, port
+
+    def may_describe_cluster(self, user: str, host: str) -> bool:
+        """Whether SASL user ``user`` connecting from ``host`` may DESCRIBE the cluster (always, with
+        no authorizer): what the operations listener asks of a /metrics caller."""
+        if self.authorizer is None:
+            return True
+        principal = KafkaPrincipal(USER_TYPE, user)
+        return self.authorizer.authorize(principal, host, AclOperation.DESCRIBE, AclResourceType.CLUSTER, CLUSTER_NAME)
 
     def endpoint(self, ctx: RequestContext) -> tuple[str, int]:
         """This broker's address as the client that sent ``ctx`` must reach it (its listener's)."""

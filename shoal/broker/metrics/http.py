@@ -9,12 +9,22 @@ registry, so several brokers in one process (tests) each expose their own.
 The listener starts first at broker start, before logs are recovered, so
 /health/live answers while the broker is still loading and /health/ready
 says 503 until it is ready (``collector.ready``).
+
+Authentication follows the broker's: with SASL users configured (PLAIN users in a
+JAAS setting, or SCRAM credentials), /metrics asks for HTTP basic auth against the
+same users and passwords, and with an authorizer the user also needs DESCRIBE on the
+CLUSTER (metrics name every topic and group). The health endpoints stay open: they
+say only "up" or "ready", and orchestrators' probes (Docker, Kubernetes) call them
+without credentials.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import binascii
 import logging
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -23,6 +33,9 @@ from shoal.broker.metrics.collector import BrokerCollector, ready
 from shoal.broker.metrics.counters import BrokerStats
 
 __all__ = ["OpsServer", "parse_http_listener"]
+
+_OPEN_PATHS: Final = frozenset({"/health/live", "/health/ready"})
+_CHALLENGE: Final = {"WWW-Authenticate": 'Basic realm="shoal", charset="UTF-8"'}
 
 log = logging.getLogger("shoal.broker.http")
 
@@ -48,7 +61,7 @@ class OpsServer:
     async def start(self) -> None:
         if not self.listeners:
             return
-        app = web.Application()
+        app = web.Application(middlewares=[self._authenticate])
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health/live", self._live)
         app.router.add_get("/health/ready", self._ready)
@@ -67,6 +80,24 @@ class OpsServer:
             await self.close()
             raise
         log.info("operations listener on %s", ", ".join(f"http://{h}:{p}" for h, p in self.bound))
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        sasl = getattr(self.broker, "sasl", None)
+        if request.path in _OPEN_PATHS or sasl is None or not sasl.has_users():
+            return await handler(request)
+        credentials = _basic_credentials(request.headers.get("Authorization", ""))
+        if credentials is None:
+            return web.Response(status=401, text="authentication required\n", headers=_CHALLENGE)
+        user, password = credentials
+        # PBKDF2 of a SCRAM credential takes milliseconds: off the event loop.
+        ok = await asyncio.get_running_loop().run_in_executor(None, sasl.check_password, user, password)
+        if not ok:
+            log.info("operations listener: authentication failed for a request to %s", request.path)
+            return web.Response(status=401, text="authentication failed\n", headers=_CHALLENGE)
+        if not self.broker.may_describe_cluster(user, request.remote or ""):
+            return web.Response(status=403, text="DESCRIBE on the cluster is needed\n")
+        return await handler(request)
 
     @property
     def port(self) -> int:
@@ -88,3 +119,16 @@ class OpsServer:
     async def _ready(self, request: web.Request) -> web.Response:
         ok, why = ready(self.broker)
         return web.Response(status=200 if ok else 503, text=why + "\n")
+
+
+def _basic_credentials(header: str) -> tuple[str, str] | None:
+    """(user, password) of an ``Authorization: Basic ...`` header, or None if it is not one."""
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "basic" or not token:
+        return None
+    try:
+        text = base64.b64decode(token.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, sep, password = text.partition(":")
+    return (user, password) if sep and user else None

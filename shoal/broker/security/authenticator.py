@@ -23,6 +23,7 @@ lifetime of 0, meaning the session never expires.
 from __future__ import annotations
 
 import enum
+import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -34,7 +35,7 @@ from shoal.broker.security.principal import USER_TYPE, KafkaPrincipal
 from shoal.broker.security.scram_store import ScramStore
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
-from shoal.protocol.sasl.scram import MECHANISMS
+from shoal.protocol.sasl.scram import MECHANISMS, credential_from_salted, salt_password
 
 __all__ = ["SASL_PROTOCOLS", "AuthFailed", "RawToken", "SaslServer", "SaslSession", "State"]
 
@@ -93,6 +94,33 @@ class SaslServer:
 
     def mechanisms(self, listener: str) -> tuple[str, ...]:
         return self._listeners[listener.upper()].mechanisms
+
+    # -- the same users for the operations listener (HTTP basic auth) ---------------------
+    def has_users(self) -> bool:
+        """Whether any SASL user is configured: a PLAIN user in a JAAS setting or a SCRAM credential."""
+        if any(own.plain_users for own in self._listeners.values()):
+            return True
+        return self.store is not None and bool(self.store.users())
+
+    def check_password(self, user: str, password: str) -> bool:
+        """Whether ``password`` is ``user``'s, as a PLAIN user of any SASL listener or against any
+        of the user's SCRAM credentials (salted as the credential says; the stored key compared)."""
+        supplied = password.encode()
+        for own in self._listeners.values():
+            known = own.plain_users.get(user)
+            if known is not None and hmac.compare_digest(known.encode(), supplied):
+                return True
+        if self.store is None:
+            return False
+        for name, mech in MECHANISMS.items():
+            cred = self.store.get(user, name)
+            if cred is not None:
+                candidate = credential_from_salted(
+                    mech, salt_password(mech, password, cred.salt, cred.iterations), cred.salt, cred.iterations
+                )
+                if hmac.compare_digest(candidate.stored_key, cred.stored_key):
+                    return True
+        return False
 
 
 def _listener_sasl(config: Any, listener: str) -> _ListenerSasl:
