@@ -286,3 +286,40 @@ def test_dead_lettered_records_and_share_request_counts(broker) -> None:
     assert value(samples, "kafka_server_sharepartitionmetrics_archiveddeliverylimit_total", **labels) == 0
     assert value(samples, count, request="ShareFetch") - value(before, count, request="ShareFetch") == 1
     assert value(samples, count, request="ShareAcknowledge") - value(before, count, request="ShareAcknowledge") == 1
+
+
+BYTES_OUT = "kafka_server_brokertopicmetrics_bytesout_total"
+
+
+def test_share_fetch_answers_move_bytes_out_by_the_record_bytes_sent(broker) -> None:
+    """Kafka counts a ShareFetch's records in BytesOut as it counts a Fetch's: a share consumer
+    that received N bytes of record batches (several fetches, each acknowledging the previous
+    one's records, over two partitions) moves the topic's BytesOut and the total by exactly N."""
+    topic, group = "m-sbytes", "g-m-sbytes"
+    tid = ready_topic(broker, topic, group, 0, partitions=2)
+    for n, partition in ((10, 0), (10, 0), (10, 0), (9, 1), (8, 1)):  # several batches per partition
+        produce(broker.bootstrap, topic, n, partition=partition)
+    before = scrape(broker.http_port)
+    received = records = fetches = 0
+    acks: dict = {}
+    with RawClient(broker.port) as c:
+        for epoch in range(20):
+            r = fetch(c, group, "m1", epoch, [(tid, 0), (tid, 1)], acks=acks, max_records=8)
+            assert r.error_code == 0
+            acks = {}
+            for t in r.responses:
+                for p in t.partitions:
+                    assert p.error_code == 0 and p.acknowledge_error_code == 0
+                    received += len(p.records)
+                    for a in p.acquired_records:
+                        records += a.last_offset - a.first_offset + 1
+                        acks.setdefault((tid, p.partition_index), []).append(
+                            batch(a.first_offset, a.last_offset, ACCEPT)
+                        )
+            fetches += 1
+            if records >= 47:
+                break
+    assert records == 47 and fetches >= 2 and received > 0
+    after = scrape(broker.http_port)
+    assert value(after, BYTES_OUT, topic=topic) - value(before, BYTES_OUT, topic=topic) == received
+    assert value(after, BYTES_OUT) - value(before, BYTES_OUT) == received
