@@ -35,6 +35,7 @@ cost is in both figures, and the ratio does not show it.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import random
 import statistics
@@ -44,6 +45,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from share_common import cpu_seconds
 
@@ -77,36 +79,47 @@ class Scraper:
         return self.scrapes
 
 
+def _paced_scrapes(port: int, every: float, active: Any, stop: Any, scraping: Any, count: Any) -> None:
+    """The scraper process's loop (see PacedScraper)."""
+    accrued, last = 0.0, time.monotonic()
+    while not stop.is_set():
+        time.sleep(0.005)
+        now = time.monotonic()
+        if active.is_set():
+            accrued += now - last
+            if accrued >= every:
+                accrued -= every
+                with scraping:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                        r.read()
+                    count.value += 1
+        last = time.monotonic()
+
+
 class PacedScraper:
     """Scrape /metrics once per ``every`` seconds of measured time, over the whole run: it runs
     only between ``resume`` and ``pause`` and keeps its phase across them, so short measurements
     get their fair share of scrapes (a scraper started afresh for each would scrape at once, and
-    a 0.2 s measurement would pay for a scrape a second's work should carry)."""
+    a 0.2 s measurement would pay for a scrape a second's work should carry). It is a process of
+    its own, as Prometheus is: a thread here would take the GIL from the measuring client and
+    slow the client, not the broker, in the metrics-on windows."""
 
     def __init__(self, port: int, every: float) -> None:
-        self.port = port
-        self.every = every
-        self.scrapes = 0
-        self._active = threading.Event()
-        self._stop = threading.Event()
-        self._scraping = threading.Lock()  # held for a scrape: pause waits for the one under way
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        ctx = mp.get_context("spawn")
+        self._active = ctx.Event()
+        self._stop = ctx.Event()
+        self._scraping = ctx.Lock()  # held for a scrape: pause waits for the one under way
+        self._count = ctx.Value("i", 0)
+        self._proc = ctx.Process(
+            target=_paced_scrapes,
+            args=(port, every, self._active, self._stop, self._scraping, self._count),
+            daemon=True,
+        )
+        self._proc.start()
 
-    def _run(self) -> None:
-        accrued, last = 0.0, time.monotonic()
-        while not self._stop.is_set():
-            time.sleep(0.005)
-            now = time.monotonic()
-            if self._active.is_set():
-                accrued += now - last
-                if accrued >= self.every:
-                    accrued -= self.every
-                    with self._scraping:
-                        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
-                            r.read()
-                        self.scrapes += 1
-            last = time.monotonic()
+    @property
+    def scrapes(self) -> int:
+        return int(self._count.value)
 
     def resume(self) -> None:
         self._active.set()
@@ -118,7 +131,7 @@ class PacedScraper:
 
     def stop(self) -> int:
         self._stop.set()
-        self._thread.join(5)
+        self._proc.join(10)
         return self.scrapes
 
 
