@@ -26,6 +26,8 @@ afresh per measurement: a short measurement would otherwise carry a whole scrape
 direct figure, which needs no A/B at all: the broker's CPU per scrape (200 scrapes in a row on
 the quiet broker, after the rounds), times the scrapes the counted rounds held, as a share of
 the metrics-on broker's CPU in those rounds; and the same at Prometheus' default 15 s.
+``--scrape-every 0`` is the control: no scrapes at all, so only the listener and the idle
+sampler differ, and whatever else tells two broker processes apart.
 
 What "off" leaves out: the listener, the scrapes, the collector's work at scrape time and the
 idle sampler's timer (metrics/idle.py). The broker's plain-int counters
@@ -245,13 +247,15 @@ def alternate(
     exposition grows over the run)."""
     figures: dict[str, dict[str, list[float]]] = {}
     totals = _Totals()
-    scraper = PacedScraper(brokers["on"].http_port, scrape_every)
+    scraper = PacedScraper(brokers["on"].http_port, scrape_every if scrape_every > 0 else float("inf"))
     try:
         for r in range(rounds + 1):
             _round(brokers, r, measure, scraper, totals, figures, cleanup)
     finally:
         totals.scrapes = scraper.stop()
     _report(figures, rounds, totals, scrape_every, higher_is_better)
+    if scrape_every <= 0:
+        return  # the control run: the listener and the idle sampler, no scrapes
     per_scrape, samples = scrape_cost(brokers["on"])
     share = totals.on_scrapes * per_scrape / totals.on_cpu if totals.on_cpu else float("nan")
     print(

@@ -614,7 +614,12 @@ def main() -> None:
         "empty; both: only the overhead figures, on and off in alternating rounds",
     )
     ap.add_argument("--rounds", type=int, default=0, help="rounds of --metrics both (default 24, 6 with --quick)")
-    ap.add_argument("--scrape-every", type=float, default=1.0, help="seconds between scrapes of --metrics both")
+    ap.add_argument(
+        "--scrape-every",
+        type=float,
+        default=1.0,
+        help="seconds between scrapes of --metrics both (0: none, the control run)",
+    )
     args = ap.parse_args()
     if args.metrics == "both":
         metrics_overhead(args.quick, args.rounds or (6 if args.quick else 24), args.scrape_every)

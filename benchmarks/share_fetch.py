@@ -150,7 +150,12 @@ def main() -> None:
         help="both: only the /metrics overhead, a broker with metrics on and one off in alternating rounds",
     )
     ap.add_argument("--rounds", type=int, default=0, help="rounds of --metrics both (default 12, 4 with --quick)")
-    ap.add_argument("--scrape-every", type=float, default=1.0, help="seconds between scrapes of --metrics both")
+    ap.add_argument(
+        "--scrape-every",
+        type=float,
+        default=1.0,
+        help="seconds between scrapes of --metrics both (0: none, the control run)",
+    )
     args = ap.parse_args()
     quick = args.quick
     per_batch = max(1, args.batch_kib * 1024 // (RECORD + 70))  # measured below
