@@ -108,6 +108,8 @@ KAFKA_BROKER_DEFAULTS = {
     "producer.id.expiration.ms": 86400000,
     "max.incremental.fetch.session.cache.slots": 1000,
     "fetch.max.bytes": 57671680,
+    "metrics.sample.window.ms": 30000,
+    "metrics.num.samples": 2,
 }
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 
 import pytest
 
 from shoal.broker.logformat import JsonFormatter
 from shoal.broker.metrics import names
 from shoal.broker.metrics.counters import REQUEST_BUCKETS_MS, BrokerStats, RequestTimes
+from shoal.broker.metrics.idle import BusyClock, IdleWindow
 
 pytestmark = pytest.mark.unit
 
@@ -67,3 +69,46 @@ def test_json_lines_carry_the_fixed_fields_and_the_structured_extras() -> None:
         record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", None, sys.exc_info())
     out = json.loads(JsonFormatter().format(record))
     assert "ValueError: boom" in out["exception"]
+
+
+def test_the_idle_window_compares_now_with_the_oldest_kept_reading() -> None:
+    w = IdleWindow(samples=2)
+    assert w.idle(5, 5) is None  # no reading yet
+    w.record(0, 0)
+    assert w.idle(0, 0) is None  # no wall time passed
+    assert w.idle(1_000, 250) == 0.75
+    w.record(1_000, 900)
+    assert w.idle(2_000, 1_000) == 0.5  # from the reading at 0 (two kept)
+    w.record(2_000, 1_000)  # the reading at 0 falls out
+    assert w.idle(3_000, 1_000) == 0.95
+    assert w.idle(3_000, 5_000) == 0.0  # clamped: busy cannot exceed wall
+    assert IdleWindow(samples=0).readings.maxlen == 1
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_the_busy_clock_moves_while_the_thread_runs_and_not_while_it_sleeps() -> None:
+    clock = BusyClock()
+    try:
+        assert clock.source == "schedstat"  # Linux: run-queue waits count as busy too
+        a = clock.read()
+        _spin(0.3)
+        b = clock.read()
+        time.sleep(0.3)
+        c = clock.read()
+    finally:
+        clock.close()
+    assert b - a >= 0.2e9, "a spinning thread is busy (running or runnable) nearly all the time"
+    assert c - b < 0.05e9, "a sleeping thread is not"
+
+
+def test_the_busy_clock_falls_back_to_thread_cpu_time(tmp_path) -> None:
+    clock = BusyClock(str(tmp_path / "missing"))
+    assert clock.source == "thread_time"
+    a = clock.read()
+    _spin(0.05)
+    assert clock.read() > a

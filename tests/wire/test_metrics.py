@@ -7,6 +7,7 @@ exposition is scraped over HTTP and parsed with prometheus-client's own parser.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import confluent_kafka
@@ -28,7 +29,8 @@ pytestmark = pytest.mark.wire
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    settings = [*FAST, "group.initial.rebalance.delay.ms=0"]
+    # Short idle-meter windows (250 ms, two kept): the idle test sees the load of the last half second.
+    settings = [*FAST, "group.initial.rebalance.delay.ms=0", "metrics.sample.window.ms=250", "metrics.num.samples=2"]
     b = BrokerProcess(tmp_path_factory.mktemp("metrics") / "data", settings).start()
     assert b.http_port, "the operations listener did not announce its port"
     yield b
@@ -286,3 +288,87 @@ def test_dead_lettered_records_and_share_request_counts(broker) -> None:
     assert value(samples, "kafka_server_sharepartitionmetrics_archiveddeliverylimit_total", **labels) == 0
     assert value(samples, count, request="ShareFetch") - value(before, count, request="ShareFetch") == 1
     assert value(samples, count, request="ShareAcknowledge") - value(before, count, request="ShareAcknowledge") == 1
+
+
+BYTES_OUT = "kafka_server_brokertopicmetrics_bytesout_total"
+
+
+def test_share_fetch_answers_move_bytes_out_by_the_record_bytes_sent(broker) -> None:
+    """Kafka counts a ShareFetch's records in BytesOut as it counts a Fetch's: a share consumer
+    that received N bytes of record batches (several fetches, each acknowledging the previous
+    one's records, over two partitions) moves the topic's BytesOut and the total by exactly N."""
+    topic, group = "m-sbytes", "g-m-sbytes"
+    tid = ready_topic(broker, topic, group, 0, partitions=2)
+    for n, partition in ((10, 0), (10, 0), (10, 0), (9, 1), (8, 1)):  # several batches per partition
+        produce(broker.bootstrap, topic, n, partition=partition)
+    before = scrape(broker.http_port)
+    received = records = fetches = 0
+    acks: dict = {}
+    with RawClient(broker.port) as c:
+        for epoch in range(20):
+            r = fetch(c, group, "m1", epoch, [(tid, 0), (tid, 1)], acks=acks, max_records=8)
+            assert r.error_code == 0
+            acks = {}
+            for t in r.responses:
+                for p in t.partitions:
+                    assert p.error_code == 0 and p.acknowledge_error_code == 0
+                    received += len(p.records)
+                    for a in p.acquired_records:
+                        records += a.last_offset - a.first_offset + 1
+                        acks.setdefault((tid, p.partition_index), []).append(
+                            batch(a.first_offset, a.last_offset, ACCEPT)
+                        )
+            fetches += 1
+            if records >= 47:
+                break
+    assert records == 47 and fetches >= 2 and received > 0
+    after = scrape(broker.http_port)
+    assert value(after, BYTES_OUT, topic=topic) - value(before, BYTES_OUT, topic=topic) == received
+    assert value(after, BYTES_OUT) - value(before, BYTES_OUT) == received
+
+
+NETWORK_IDLE = "kafka_network_socketserver_networkprocessoravgidle_percent"
+HANDLER_IDLE = "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent"
+
+
+def _flood(bootstrap: str, topic: str, stop: threading.Event) -> None:
+    """librdkafka producing 1 KiB records as fast as the broker takes them, until stopped."""
+    p = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "acks": 1, "log_level": 0})
+    value = b"x" * 1024
+    while not stop.is_set():
+        for _ in range(500):
+            try:
+                p.produce(topic, value)
+            except BufferError:
+                p.poll(0.01)
+        p.poll(0)
+    p.flush(10)
+
+
+def test_the_event_loop_idle_fraction_is_high_when_idle_and_drops_under_load(broker) -> None:
+    """Kafka's NetworkProcessorAvgIdlePercent and RequestHandlerAvgIdlePercent (one loop: one
+    number): near 1 on an idle broker, far lower while producers keep it busy, near 1 again after.
+    Wide margins: idle readings here are 0.92 to 1.0, loaded ones 0 to 0.3."""
+    with RawClient(broker.port) as c:
+        create(c, "m-busy", 2)
+    quiet = scrape_until(broker.http_port, NETWORK_IDLE, 0.9)
+    assert value(quiet, NETWORK_IDLE) >= 0.9
+    assert value(quiet, HANDLER_IDLE) == value(quiet, NETWORK_IDLE)
+    stop = threading.Event()
+    producer = threading.Thread(target=_flood, args=(broker.bootstrap, "m-busy", stop))
+    producer.start()
+    try:
+        time.sleep(1.0)  # the windows (0.25 to 0.5 s) now hold only loaded time
+        loaded = []
+        for _ in range(4):
+            loaded.append(scrape(broker.http_port))
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        producer.join(30)
+    readings = [value(s, NETWORK_IDLE) for s in loaded]
+    assert min(readings) < 0.5, readings
+    assert all(value(s, HANDLER_IDLE) == value(s, NETWORK_IDLE) for s in loaded)
+    produced = value(loaded[-1], MESSAGES_IN, topic="m-busy")
+    assert produced > 1000, "the producers did not load the broker"
+    assert value(scrape_until(broker.http_port, NETWORK_IDLE, 0.9), NETWORK_IDLE) >= 0.9  # idle again

@@ -198,6 +198,22 @@ BROKER_CONFIGS: Final = ConfigDef.of(
         validator=HTTP_LISTENERS,
         kafka_default=SHOAL_ONLY,
     ),
+    _key(
+        "metrics.sample.window.ms",
+        LONG,
+        30000,
+        "Length of one sample of the windowed metrics (the event loop's idle fraction on /metrics).",
+        importance=LOW,
+        validator=AT_LEAST_1,
+    ),
+    _key(
+        "metrics.num.samples",
+        INT,
+        2,
+        "How many samples a windowed metric covers (the current, partial one included).",
+        importance=LOW,
+        validator=AT_LEAST_1,
+    ),
     # storage
     _key(
         "log.dirs",

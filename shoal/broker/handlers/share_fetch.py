@@ -347,6 +347,7 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
         if k not in keys:
             keys.append(k)
     by_topic: dict[uuid.UUID, Any] = {}
+    stats = broker.stats
     for key in keys:
         tid, index = key
         pd = cls.PartitionData(
@@ -363,6 +364,7 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
         got = op.acquired.get(key)
         if got is not None:
             pd.records = got.records
+            stats.topic(op.entries[key].topic.name).bytes_out += len(got.records)  # BytesOut, as Fetch's
             pd.acquired_records = [
                 cls.AcquiredRecords(first_offset=f, last_offset=last, delivery_count=n) for f, last, n in got.ranges
             ]

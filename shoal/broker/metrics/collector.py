@@ -10,7 +10,7 @@ broker by duck typing: this package sits below the broker in the layers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import HistogramMetricFamily, Metric
@@ -52,9 +52,10 @@ def ready(broker: Any) -> tuple[bool, str]:
 class BrokerCollector(Collector):
     """The collector of one broker (registered in that broker's own CollectorRegistry)."""
 
-    def __init__(self, broker: Any, stats: BrokerStats) -> None:
+    def __init__(self, broker: Any, stats: BrokerStats, idle: Callable[[], float | None] | None = None) -> None:
         self.broker = broker
         self.stats = stats
+        self.idle = idle  # the event loop's idle fraction (idle.py), None when nothing samples it
 
     def collect(self) -> Iterator[Metric]:
         yield from self._topic_counters()
@@ -136,6 +137,12 @@ class BrokerCollector(Collector):
         for name, n in sorted(self.stats.connections_created.items()):
             created.add_sample(_sample_name("connections_created"), {"listener": name}, n)
         yield created
+        idle = self.idle() if self.idle is not None else None
+        for key in ("network_idle", "handler_idle"):  # one loop does both jobs: the same number
+            fam = _family(key)
+            if idle is not None:
+                fam.add_sample(fam.name, {}, idle)
+            yield fam
 
     # -- state read at scrape time -------------------------------------------------------
     def _logs(self) -> Iterator[Metric]:

@@ -8,7 +8,9 @@ registry, so several brokers in one process (tests) each expose their own.
 
 The listener starts first at broker start, before logs are recovered, so
 /health/live answers while the broker is still loading and /health/ready
-says 503 until it is ready (``collector.ready``).
+says 503 until it is ready (``collector.ready``). It also owns the idle
+sampler (``idle.py``): a timer on the loop that takes one reading per
+``metrics.sample.window.ms`` while the listener runs (none when it is off).
 
 Authentication follows the broker's: with SASL users configured (PLAIN users in a
 JAAS setting, or SCRAM credentials), /metrics asks for HTTP basic auth against the
@@ -24,6 +26,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import time
 from typing import Any, Final
 
 from aiohttp import web
@@ -31,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from shoal.broker.metrics.collector import BrokerCollector, ready
 from shoal.broker.metrics.counters import BrokerStats
+from shoal.broker.metrics.idle import BusyClock, IdleWindow
 
 __all__ = ["OpsServer", "parse_http_listener"]
 
@@ -54,8 +58,12 @@ class OpsServer:
         self.broker = broker
         self.listeners = listeners
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(BrokerCollector(broker, stats))
+        self.registry.register(BrokerCollector(broker, stats, idle=self.idle))
         self._runner: web.AppRunner | None = None
+        self._window_s = broker.config.get("metrics.sample.window.ms") / 1000
+        self._idle = IdleWindow(broker.config.get("metrics.num.samples"))
+        self._busy: BusyClock | None = None
+        self._tick: asyncio.TimerHandle | None = None
         self.bound: list[tuple[str, int]] = []
 
     async def start(self) -> None:
@@ -65,6 +73,8 @@ class OpsServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health/live", self._live)
         app.router.add_get("/health/ready", self._ready)
+        self._busy = BusyClock()  # here, on the loop thread: it reads the thread that opens it
+        self._sample()
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         self._runner = runner
@@ -105,9 +115,27 @@ class OpsServer:
         return self.bound[0][1] if self.bound else 0
 
     async def close(self) -> None:
+        tick, self._tick = self._tick, None
+        if tick is not None:
+            tick.cancel()
+        busy, self._busy = self._busy, None
+        if busy is not None:
+            busy.close()
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+
+    def _sample(self) -> None:
+        busy = self._busy
+        if busy is None:
+            return
+        self._idle.record(time.monotonic_ns(), busy.read())
+        self._tick = asyncio.get_running_loop().call_later(self._window_s, self._sample)
+
+    def idle(self) -> float | None:
+        """The event loop's idle fraction over the recent windows (None when not sampling)."""
+        busy = self._busy
+        return None if busy is None else self._idle.idle(time.monotonic_ns(), busy.read())
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)

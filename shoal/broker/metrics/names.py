@@ -20,6 +20,8 @@ kafka.server:type=BrokerTopicMetrics,name=FailedProduceRequestsPerSec      kafka
 kafka.server:type=BrokerTopicMetrics,name=FailedFetchRequestsPerSec        kafka_server_brokertopicmetrics_failedfetchrequests_total{[topic]}
 kafka.network:type=RequestMetrics,name=TotalTimeMs,request=R               kafka_network_requestmetrics_totaltimems{request} (histogram, ms)
 kafka.network:type=RequestChannel,name=RequestQueueSize                    kafka_network_requestchannel_requestqueuesize (requests in flight)
+kafka.network:type=SocketServer,name=NetworkProcessorAvgIdlePercent        kafka_network_socketserver_networkprocessoravgidle_percent (0..1)
+kafka.server:type=KafkaRequestHandlerPool,RequestHandlerAvgIdlePercent     kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent
 kafka.server:type=socket-server-metrics,listener=L,name=connection-count   kafka_server_socket_server_metrics_connection_count{listener}
 kafka.server:type=socket-server-metrics,...,connection-creation-total      kafka_server_socket_server_metrics_connection_creation_total{listener}
 kafka.log:type=Log,name=Size,topic=T,partition=P                           kafka_log_log_size{topic,partition}
@@ -47,6 +49,15 @@ Shoal: ready (1) or not (0), as /health/ready answers                      shoal
 Labels in ``[brackets]`` are present on the per-topic series and absent on the
 broker-wide total, as the JMX exporter writes the two MBeans. Acknowledge types
 are lower-case: accept, release, reject, renew.
+
+The two idle metrics are named as the JMX exporter's Kafka rules name a
+``...Percent`` MBean (``kafka_<domain>_<type>_<name without Percent>_percent``)
+and hold a fraction between 0 and 1, as Kafka's do. Shoal has one event loop
+where Kafka has network and handler thread pools, so both carry the same
+number: the share of wall time over the last ``metrics.num.samples`` windows
+of ``metrics.sample.window.ms`` in which the loop thread was neither running
+nor waiting for a CPU (``idle.py`` says how it is measured and what it costs).
+They are absent when the operations listener is off (nothing samples them).
 
 Kafka's coordinator load times are windowed (avg and max of the recent loads);
 Shoal's are over the latest load of each partition of the internal topic. Its
@@ -95,6 +106,16 @@ METRICS: Final = {
     ),
     "requests_in_flight": _m(
         "kafka_network_requestchannel_requestqueuesize", "gauge", "Requests received and not yet answered."
+    ),
+    "network_idle": _m(
+        "kafka_network_socketserver_networkprocessoravgidle_percent",
+        "gauge",
+        "Fraction of recent wall time the event loop waited for work (one loop does network and requests).",
+    ),
+    "handler_idle": _m(
+        "kafka_server_kafkarequesthandlerpool_requesthandleravgidle_percent",
+        "gauge",
+        "Fraction of recent wall time the event loop waited for work (the same loop as the network's).",
     ),
     "connections": _m("kafka_server_socket_server_metrics_connection_count", "gauge", "Open client connections."),
     "connections_created": _m(
