@@ -11,6 +11,15 @@ Two questions, each skipped when its address is empty:
   request path as everything else, so the broker is accepting clients.
 
     shoal-healthcheck [HOST:PORT] [--http HOST:PORT] [--timeout SECONDS]
+                      [--tls-ca FILE [--tls-cert FILE] [--tls-name NAME]]
+
+A TLS listener (SSL or SASL_SSL) is asked over TLS when a CA file is given (``--tls-ca``
+or ``$SHOAL_HEALTHCHECK_TLS_CA``): the broker's certificate must chain to it and name
+``--tls-name`` (``$SHOAL_HEALTHCHECK_TLS_NAME``, default the address's host). ApiVersions
+is the one request a SASL listener answers before authentication (clients ask it first to
+learn the SaslHandshake version), so the healthcheck needs no password. A listener with
+ssl.client.auth=required also needs a client certificate: ``--tls-cert`` names a PEM file
+holding its key and chain (``$SHOAL_HEALTHCHECK_TLS_CERT``).
 
 The Kafka address defaults to ``$SHOAL_HEALTHCHECK_ADDRESS`` or 127.0.0.1:9092;
 the HTTP address to ``$SHOAL_HEALTHCHECK_HTTP_ADDRESS`` or none (the image
@@ -23,8 +32,10 @@ by hand.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import socket
+import ssl
 import struct
 import sys
 import urllib.error
@@ -36,12 +47,21 @@ from shoal.protocol.frames import decode_response, encode_request
 _VERSION = 3  # flexible ApiVersions, understood by Kafka 2.4+ and Shoal
 
 
-def check(host: str, port: int, timeout: float) -> str | None:
+def tls_context(ca: str, cert: str = "") -> ssl.SSLContext:
+    """Verifies the broker's chain and name against ``ca``; presents ``cert`` (key and chain) if given."""
+    ctx = ssl.create_default_context(cafile=ca)
+    if cert:
+        ctx.load_cert_chain(cert)
+    return ctx
+
+
+def check(host: str, port: int, timeout: float, tls: ssl.SSLContext | None = None, name: str = "") -> str | None:
     """None when the broker answered ApiVersions without error, else why not."""
     a = api_by_name("ApiVersions")
     body = a.request_class()(client_software_name="shoal-healthcheck", client_software_version="1")
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            sock = raw if tls is None else tls.wrap_socket(raw, server_hostname=name or host)
             sock.settimeout(timeout)
             sock.sendall(b"".join(encode_request(a.key, _VERSION, 1, "shoal-healthcheck", body)))
             size = struct.unpack(">i", _exact(sock, 4))[0]
@@ -101,12 +121,37 @@ def main(argv: list[str] | None = None) -> int:
         help="host:port of the operations listener whose /health/ready must answer 200 (empty: not asked)",
     )
     p.add_argument("--timeout", type=float, default=5.0, help="seconds for connect and answer (default 5)")
+    p.add_argument(
+        "--tls-ca",
+        default=os.environ.get("SHOAL_HEALTHCHECK_TLS_CA", ""),
+        metavar="FILE",
+        help="ask the Kafka listener over TLS, trusting the CA certificates in FILE (PEM)",
+    )
+    p.add_argument(
+        "--tls-cert",
+        default=os.environ.get("SHOAL_HEALTHCHECK_TLS_CERT", ""),
+        metavar="FILE",
+        help="a client key and certificate chain (PEM), for ssl.client.auth=required",
+    )
+    p.add_argument(
+        "--tls-name",
+        default=os.environ.get("SHOAL_HEALTHCHECK_TLS_NAME", ""),
+        metavar="NAME",
+        help="the name the broker's certificate must hold (default: the address's host)",
+    )
     args = p.parse_args(argv)
+    tls = None
+    if args.tls_ca:
+        try:
+            tls = tls_context(args.tls_ca, args.tls_cert)
+        except (OSError, ssl.SSLError) as e:
+            print(f"shoal-healthcheck: cannot use the TLS files: {e}", file=sys.stderr)
+            return 2
     checks = []
     if args.http:
         checks.append((args.http, check_ready))
     if args.address:
-        checks.append((args.address, check))
+        checks.append((args.address, functools.partial(check, tls=tls, name=args.tls_name)))
     if not checks:
         print("shoal-healthcheck: no address to ask", file=sys.stderr)
         return 2

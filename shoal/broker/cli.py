@@ -23,7 +23,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="shoal-broker",
         description="Run a Shoal broker (defaults: PLAINTEXT://127.0.0.1:9092, data in ./shoal-data).",
     )
-    p.add_argument("--config", metavar="FILE", help="a Kafka-style .properties file")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="a Kafka-style .properties file (repeatable: a later file's settings win over an earlier one's)",
+    )
     p.add_argument(
         "--override",
         metavar="KEY=VALUE",
@@ -36,12 +42,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def load_config(args: argparse.Namespace) -> BrokerConfig:
     props: dict[str, str] = {}
-    if args.config:
+    for path in args.config:  # several files: the container's generated secrets file after the operator's own
         try:
-            with open(args.config, encoding="utf-8") as f:
-                props = parse_properties(f.read())
+            with open(path, encoding="utf-8") as f:
+                props.update(parse_properties(f.read()))
         except OSError as e:
-            raise ConfigError("--config", f"cannot read {args.config}: {e.strerror}") from None
+            raise ConfigError("--config", f"cannot read {path}: {e.strerror}") from None
     return BrokerConfig.from_sources(props, args.override)
 
 
