@@ -4,9 +4,9 @@ kafka-python), the bundled clients and the CLI (``--command-config``).
 
 One in-process broker per module with three listeners: PLAINTEXT (setup only), SASL_SSL
 (no client certificates) and MTLSSASL (SASL_SSL with ssl.client.auth=required and a
-principal rule that would make the certificate's CN ``User:cert-<cn>``). On MTLSSASL the
-broker must use the SASL principal, as Kafka does on SASL_SSL: the certificate only opens
-the TLS session. Bad input: plaintext bytes to the SASL_SSL port, and a TLS client that
+principal rule that would make alice's certificate ``User:cert-alice`` and maps no other).
+On MTLSSASL the broker must use the SASL principal, as Kafka does on SASL_SSL: the
+certificate only opens the TLS session, so one that no rule maps is no reason to refuse. Bad input: plaintext bytes to the SASL_SSL port, and a TLS client that
 skips the SASL handshake, are both closed.
 """
 
@@ -58,6 +58,8 @@ def broker(files, tmp_path_factory):
             "ssl.truststore.location": str(files.ca),
             "ssl.principal.mapping.rules": r"RULE:^CN=([^,]+),.*$/cert-$1/,DEFAULT",
             "listener.name.mtlssasl.ssl.client.auth": "required",
+            # (no DEFAULT: bob's certificate maps to nothing, which SASL_SSL must not care about)
+            "listener.name.mtlssasl.ssl.principal.mapping.rules": r"RULE:^CN=(alice),.*$/cert-$1/",
             "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS,
             "listener.name.mtlssasl.plain.sasl.jaas.config": JAAS,
             "connection.failed.authentication.delay.ms": "50",
@@ -331,33 +333,32 @@ def test_cli_over_sasl_ssl(files, broker, tmp_path) -> None:
 
 def test_sasl_principal_wins_over_the_certificate(files, broker) -> None:
     """On a SASL_SSL listener that requires client certificates, the connection's principal
-    is the SASL user, not the (mapped) certificate name."""
+    is the SASL user, not the (mapped) certificate name; a certificate no rule maps is fine."""
     topic = _topic(broker)
-    cfg = _ck(
-        files,
-        broker,
-        "SCRAM-SHA-512",
-        **{
-            "bootstrap.servers": _bootstrap(broker, "MTLSSASL"),
-            "ssl.certificate.location": str(files.client_cert("bob")),
-            "ssl.key.location": str(files.client_key("bob")),
-        },
-    )
-    p = confluent_kafka.Producer(cfg)
-    try:
+    for cert in ("alice", "bob"):  # mapped to User:cert-alice; not mapped at all
+        cfg = _ck(
+            files,
+            broker,
+            "SCRAM-SHA-512",
+            **{
+                "bootstrap.servers": _bootstrap(broker, "MTLSSASL"),
+                "ssl.certificate.location": str(files.client_cert(cert)),
+                "ssl.key.location": str(files.client_key(cert)),
+            },
+        )
+        p = confluent_kafka.Producer(cfg)
         p.produce(topic, b"x")
-        assert p.flush(15) == 0
+        assert p.flush(15) == 0, cert
         seen = principals(broker, "MTLSSASL")
-        assert seen and set(seen) == {"User:alice"}, seen
-    finally:
-        p.flush(1)
-    # The raw wire: after TLS with bob's certificate, before the login the connection is
-    # nobody's yet; after it, alice's.
-    ctx = tls_context(files, "bob")
-    with connect(broker.listener_port("MTLSSASL"), tls=ctx, sasl=("PLAIN", "alice", PASSWORD)) as c:
+        assert seen and set(seen) == {"User:alice"}, (cert, seen)
+        del p
+    # The raw wire, PLAIN this time: a TLS session with alice's certificate, then the login.
+    with connect(
+        broker.listener_port("MTLSSASL"), tls=tls_context(files, "alice"), sasl=("PLAIN", "alice", PASSWORD)
+    ) as c:
         assert c.call("Metadata", 12, topics=None, allow_auto_topic_creation=False).brokers
-        assert "User:alice" in principals(broker, "MTLSSASL")
-        assert "User:cert-bob" not in principals(broker, "MTLSSASL")
+        seen = principals(broker, "MTLSSASL")
+        assert "User:alice" in seen and "User:cert-alice" not in seen, seen
 
 
 def test_the_certificate_is_still_required(files, broker) -> None:
