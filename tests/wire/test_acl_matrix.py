@@ -349,11 +349,14 @@ def create_acls(c, ctx):
 def describe_scram(c, ctx):
     D = req("DescribeUserScramCredentials")
     r = c.call("DescribeUserScramCredentials", 0, users=[D.UserName(name="alice")])
+    assert [x.user for x in r.results] == ["alice"]
     return r.error_code or r.results[0].error_code
 
 
 def alter_scram(c, ctx):
-    r = c.call("AlterUserScramCredentials", 0, body=scram_upserts({f"u-{ctx.topic}": "pw"}))
+    user = f"u-{ctx.topic}"
+    r = c.call("AlterUserScramCredentials", 0, body=scram_upserts({user: "pw"}))
+    assert [x.user for x in r.results] == [user]  # refused or not, the user is named once
     return r.results[0].error_code
 
 

@@ -144,7 +144,7 @@ def handle_alter_user_scram_credentials(
 ) -> Any:
     cls = messages.AlterUserScramCredentialsResponse
     if not allowed_on_cluster(broker, ctx, ALTER):
-        names = sorted({c.name for c in [*req.deletions, *req.upsertions]})
+        names = sorted({d.name for d in req.deletions} | {u.name for u in req.upsertions})
         code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "ALTER on the cluster is required"
         refused = [cls.AlterUserScramCredentialsResult(user=n, error_code=code, error_message=message) for n in names]
         return cls(throttle_time_ms=0, results=refused)
