@@ -7,8 +7,9 @@ the answer is out. On a listener that does not speak SASL, or after success, bot
 ILLEGAL_SASL_STATE (re-authentication is not served).
 
 Credential admin follows Kafka's rules: DESCRIBE (describe) or ALTER (alter) on the CLUSTER,
-else every user named is answered CLUSTER_AUTHORIZATION_FAILED (and Describe's top-level
-error too), as Kafka's error responses for these APIs have it; one result per user named; a user whose changes hold
+else CLUSTER_AUTHORIZATION_FAILED as Kafka's error responses for these APIs have it (Alter:
+one result per distinct user, sorted; Describe: the top-level error and one unnamed result
+per user asked about). Otherwise one result per user named; a user whose changes hold
 an error (an unknown mechanism, an iteration count outside 4096..16384, the same credential
 twice, a deletion of a credential that does not exist) has none of them applied.
 """
@@ -93,11 +94,10 @@ def handle_describe_user_scram_credentials(
     cls = messages.DescribeUserScramCredentialsResponse
     if not allowed_on_cluster(broker, ctx, DESCRIBE):
         code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "DESCRIBE on the cluster is required"
+        # one result per user asked about, its name left empty (as Kafka's error response has it)
         refused = [
-            cls.DescribeUserScramCredentialsResult(
-                user=u.name, error_code=code, error_message=message, credential_infos=[]
-            )
-            for u in req.users or ()
+            cls.DescribeUserScramCredentialsResult(user="", error_code=code, error_message=message, credential_infos=[])
+            for _ in req.users or ()
         ]
         return cls(throttle_time_ms=0, error_code=code, error_message=message, results=refused)
     store = broker.sasl.store
