@@ -39,7 +39,7 @@ def test_ssl_options_reach_the_client_config(tmp_path) -> None:
     files = make_tls_files(tmp_path / "certs")
     opts = parse_source_options(_options(files, 9093, **{"kafka.group.id": "g"}))
     for config in (opts.batch_client_config(), opts.stream_client_config()):
-        assert config["security.protocol"] == "ssl"
+        assert config["security.protocol"] == "SSL"  # normalized to Kafka's spelling
         assert config["ssl.ca.location"] == str(files.ca)
         assert config["ssl.certificate.location"] == str(files.client_cert("alice"))
         assert config["ssl.endpoint.identification.algorithm"] == "https"

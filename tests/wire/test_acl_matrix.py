@@ -7,11 +7,12 @@ answer). The ACLs are set through the broker's own authorizer object (the
 real component, on the broker's loop); each case's resources are set up first
 while the principal may do everything, and the ACLs are cleared after.
 
-The principal under test is a parameter. On PLAINTEXT every connection is
-``User:ANONYMOUS``; once SASL lands, add a ``Principal`` whose ``connect``
-opens a SASL_PLAINTEXT connection as that user (a RawClient that has done
-SaslHandshake/SaslAuthenticate) and whose ``name`` is ``User:<user>``: the
-cases do not change.
+The principal under test is a parameter, and the cases do not change with it:
+``User:ANONYMOUS`` on PLAINTEXT, ``User:alice`` logged in with SCRAM on
+SASL_PLAINTEXT, and ``User:tls-alice`` on a mutual-TLS listener, whose
+ssl.principal.mapping.rules turn the certificate's CN into the name. With the
+ACLs of the last step in place, ``User:bob`` (SCRAM, no ACLs) still gets the
+first step's error: the grants belong to the principal they name.
 """
 
 from __future__ import annotations
@@ -35,20 +36,40 @@ from shoal.protocol.constants import AlterConfigOpType, ConfigResourceType
 from shoal.protocol.errors import ErrorCode as E
 from shoal.protocol.records import build_batch
 from shoal.testing import EmbeddedBroker
+from tests.support.auth_wire import connect, scram_upserts, tls_context
 from tests.support.brokers import RawClient
 from tests.support.share_wire import FAST, fetch, ready_topic
+from tests.support.tls import make_tls_files
 from tests.support.wire import create
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
+PASSWORDS = {"alice": "alice-m4trix-pw", "bob": "bob-m4trix-pw"}
+TLS_RULES = r"RULE:^CN=([^,]+),.*$/tls-$1/,DEFAULT"
+
+
 @dataclass(frozen=True)
 class Principal:
     name: str
-    connect: Callable[[int], RawClient]
+    connect: Callable[[EmbeddedBroker], RawClient]
 
 
-PRINCIPALS = [Principal("User:ANONYMOUS", RawClient)]
+def _sasl(user: str, mechanism: str) -> Callable[[EmbeddedBroker], RawClient]:
+    return lambda eb: connect(eb.listener_port("SASL_PLAINTEXT"), sasl=(mechanism, user, PASSWORDS[user]))
+
+
+def _mtls(client: str) -> Callable[[EmbeddedBroker], RawClient]:
+    return lambda eb: connect(eb.listener_port("SSL"), tls=tls_context(eb.tls_files, client))
+
+
+PRINCIPALS = [
+    Principal("User:ANONYMOUS", lambda eb: RawClient(eb.port)),
+    Principal("User:alice", _sasl("alice", "SCRAM-SHA-256")),
+    Principal("User:tls-alice", _mtls("alice")),
+]
+# Holds no ACL: asked with the last step's grants in place, it gets the first step's error.
+OTHER = Principal("User:bob", _sasl("bob", "SCRAM-SHA-512"))
 
 
 def req(api: str) -> Any:
@@ -61,9 +82,24 @@ def grant(who: str, rt: Rt, name: str, op: Op, perm: Perm = Perm.ALLOW, pt: Pt =
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    settings = {"authorizer.class.name": STANDARD}
+    files = make_tls_files(tmp_path_factory.mktemp("acl-matrix-tls"))
+    settings = {
+        "authorizer.class.name": STANDARD,
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(files.broker),
+        "ssl.truststore.location": str(files.ca),
+        "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": TLS_RULES,
+        "connection.failed.authentication.delay.ms": "0",
+    }
     settings.update(dict(s.split("=", 1) for s in FAST))
     with EmbeddedBroker(settings, data_dir=tmp_path_factory.mktemp("acl-matrix") / "d") as eb:
+        eb.tls_files = files  # for the mutual-TLS principal's connections
+        set_acls(eb, everything("User:ANONYMOUS"))
+        with RawClient(eb.port) as c:
+            r = c.call("AlterUserScramCredentials", 0, body=scram_upserts(PASSWORDS))
+        assert [x.error_code for x in r.results] == [0, 0]
+        set_acls(eb, [])
         yield eb
 
 
@@ -310,6 +346,20 @@ def create_acls(c, ctx):
     return c.call("CreateAcls", 3, creations=[a]).results[0].error_code
 
 
+def describe_scram(c, ctx):
+    D = req("DescribeUserScramCredentials")
+    r = c.call("DescribeUserScramCredentials", 0, users=[D.UserName(name="alice")])
+    assert [x.user for x in r.results] == ["" if r.error_code else "alice"]  # Kafka's refusal names no user
+    return r.error_code or r.results[0].error_code
+
+
+def alter_scram(c, ctx):
+    user = f"u-{ctx.topic}"
+    r = c.call("AlterUserScramCredentials", 0, body=scram_upserts({user: "pw"}))
+    assert [x.user for x in r.results] == [user]  # refused or not, the user is named once
+    return r.results[0].error_code
+
+
 # -- the cases ---------------------------------------------------------------------------------
 
 T, G, C = Rt.TOPIC, Rt.GROUP, Rt.CLUSTER
@@ -455,6 +505,8 @@ CASES = [
     ),
     Case("acl-admin", describe_acls, (((), E.CLUSTER_AUTHORIZATION_FAILED), (((C, CL, Op.DESCRIBE),), 0))),
     Case("acl-admin", create_acls, (((), E.CLUSTER_AUTHORIZATION_FAILED), (((C, CL, Op.ALTER),), 0))),
+    Case("scram-admin", describe_scram, (((), E.CLUSTER_AUTHORIZATION_FAILED), (((C, CL, Op.DESCRIBE),), 0))),
+    Case("scram-admin", alter_scram, (((), E.CLUSTER_AUTHORIZATION_FAILED), (((C, CL, Op.ALTER),), 0))),
 ]
 
 
@@ -466,8 +518,10 @@ class Ctx:
 
 
 def _prepare(eb: EmbeddedBroker, who: Principal, case: Case, n: int) -> Ctx:
-    ctx = Ctx(topic=f"m{n}-{case.act.__name__}", group=f"g{n}-{case.act.__name__}")
-    set_acls(eb, everything(who.name))
+    tag = f"{n}-{who.name.split(':', 1)[1]}-{case.act.__name__}"
+    ctx = Ctx(topic=f"m{tag}", group=f"g{tag}")
+    # (share setups go through PLAINTEXT helpers, as User:ANONYMOUS)
+    set_acls(eb, everything(who.name) + everything("User:ANONYMOUS"))
     try:
         if case.setup.startswith("share"):
             where = SimpleNamespace(port=eb.port, bootstrap=eb.bootstrap_servers)
@@ -475,7 +529,7 @@ def _prepare(eb: EmbeddedBroker, who: Principal, case: Case, n: int) -> Ctx:
             if case.setup == "share-member":
                 _stay_assigned(eb, ctx)
             return ctx
-        with who.connect(eb.port) as c:
+        with who.connect(eb) as c:
             assert create(c, ctx.topic).error_code == 0
             if case.setup == "group":
                 assert commit(c, ctx) == 0
@@ -511,10 +565,15 @@ def _bindings(who: str, ctx: Ctx, held: tuple[tuple[Rt, str, Op], ...]) -> list[
 )
 def test_acl_matrix(broker, who: Principal, n: int, case: Case) -> None:
     ctx = _prepare(broker, who, case, n)
+    refused = case.steps[0][1]
     try:
-        for held, expected in case.steps:
+        for i, (held, expected) in enumerate(case.steps):
             set_acls(broker, _bindings(who.name, ctx, held))
-            with who.connect(broker.port) as c:
+            if i == len(case.steps) - 1:  # someone else is not helped by these grants
+                with OTHER.connect(broker) as c:
+                    got = case.act(c, ctx)
+                assert got == refused, (OTHER.name, held, E(got).name, E(refused).name)
+            with who.connect(broker) as c:
                 got = case.act(c, ctx)
             assert got == expected, (held, E(got).name, E(expected).name)
     finally:
@@ -523,7 +582,17 @@ def test_acl_matrix(broker, who: Principal, n: int, case: Case) -> None:
 
 def test_every_family_is_in_the_matrix() -> None:
     families = {c.family for c in CASES}
-    assert families == {"produce", "fetch", "metadata", "admin", "groups", "share-groups", "share-admin", "acl-admin"}
+    assert families == {
+        "produce",
+        "fetch",
+        "metadata",
+        "admin",
+        "groups",
+        "share-groups",
+        "share-admin",
+        "acl-admin",
+        "scram-admin",
+    }
 
 
 def test_topic_ids_are_answered_without_their_names(broker) -> None:
@@ -532,14 +601,14 @@ def test_topic_ids_are_answered_without_their_names(broker) -> None:
     who = PRINCIPALS[0]
     set_acls(broker, everything(who.name))
     try:
-        with who.connect(broker.port) as c:
+        with who.connect(broker) as c:
             assert create(c, "by-id").error_code == 0
             M = req("Metadata")
             tid = c.call("Metadata", 12, topics=[M.MetadataRequestTopic(name="by-id")]).topics[0].topic_id
     finally:
         set_acls(broker, [])
     D = req("DeleteTopics")
-    with who.connect(broker.port) as c:
+    with who.connect(broker) as c:
         md = c.call("Metadata", 12, topics=[M.MetadataRequestTopic(name=None, topic_id=tid)]).topics[0]
         assert (md.error_code, md.name, md.topic_id) == (E.TOPIC_AUTHORIZATION_FAILED, None, tid)
         unknown = uuid.uuid4()
@@ -560,14 +629,14 @@ def test_metadata_lists_only_what_may_be_described(broker) -> None:
     who = PRINCIPALS[0]
     set_acls(broker, everything(who.name))
     try:
-        with who.connect(broker.port) as c:
+        with who.connect(broker) as c:
             for t in ("seen-1", "seen-2", "unseen"):
                 assert create(c, t).error_code == 0
     finally:
         set_acls(broker, [])
     set_acls(broker, [grant(who.name, Rt.TOPIC, "seen-", Op.READ, pt=Pt.PREFIXED)])
     try:
-        with who.connect(broker.port) as c:
+        with who.connect(broker) as c:
             names = {t.name for t in c.call("Metadata", 12, topics=None, allow_auto_topic_creation=False).topics}
         assert names == {"seen-1", "seen-2"}
     finally:
@@ -585,7 +654,7 @@ def test_share_acknowledge_checks_the_group_and_each_topic(broker) -> None:
     g_read, t_read = grant(who.name, G, ctx.group, Op.READ), grant(who.name, T, ctx.topic, Op.READ)
     try:
         set_acls(broker, [g_read, t_read])
-        with who.connect(broker.port) as c:
+        with who.connect(broker) as c:
             r = fetch(c, ctx.group, member, 0, [(ctx.topic_id, 0)])
             p = r.responses[0].partitions[0]
             assert (r.error_code, p.error_code) == (0, 0) and p.acquired_records

@@ -6,7 +6,10 @@ step is answered after connection.failed.authentication.delay.ms, and the connec
 the answer is out. On a listener that does not speak SASL, or after success, both answer
 ILLEGAL_SASL_STATE (re-authentication is not served).
 
-Credential admin follows Kafka's rules: one result per user named; a user whose changes hold
+Credential admin follows Kafka's rules: DESCRIBE (describe) or ALTER (alter) on the CLUSTER,
+else CLUSTER_AUTHORIZATION_FAILED as Kafka's error responses for these APIs have it (Alter:
+one result per distinct user, sorted; Describe: the top-level error and one unnamed result
+per user asked about). Otherwise one result per user named; a user whose changes hold
 an error (an unknown mechanism, an iteration count outside 4096..16384, the same credential
 twice, a deletion of a credential that does not exist) has none of them applied.
 """
@@ -17,6 +20,7 @@ import asyncio
 from typing import Any
 
 from shoal.broker.handlers import HandlerTable
+from shoal.broker.handlers.authz import ALTER, DESCRIBE, allowed_on_cluster
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.security.authenticator import AuthFailed
@@ -88,6 +92,14 @@ def handle_describe_user_scram_credentials(
     broker: Broker, ctx: RequestContext, req: messages.DescribeUserScramCredentialsRequest
 ) -> Any:
     cls = messages.DescribeUserScramCredentialsResponse
+    if not allowed_on_cluster(broker, ctx, DESCRIBE):
+        code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "DESCRIBE on the cluster is required"
+        # one result per user asked about, its name left empty (as Kafka's error response has it)
+        refused = [
+            cls.DescribeUserScramCredentialsResult(user="", error_code=code, error_message=message, credential_infos=[])
+            for _ in req.users or ()
+        ]
+        return cls(throttle_time_ms=0, error_code=code, error_message=message, results=refused)
     store = broker.sasl.store
     assert store is not None
     results = []
@@ -131,6 +143,11 @@ def handle_alter_user_scram_credentials(
     broker: Broker, ctx: RequestContext, req: messages.AlterUserScramCredentialsRequest
 ) -> Any:
     cls = messages.AlterUserScramCredentialsResponse
+    if not allowed_on_cluster(broker, ctx, ALTER):
+        names = sorted({d.name for d in req.deletions} | {u.name for u in req.upsertions})
+        code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "ALTER on the cluster is required"
+        refused = [cls.AlterUserScramCredentialsResult(user=n, error_code=code, error_message=message) for n in names]
+        return cls(throttle_time_ms=0, results=refused)
     store = broker.sasl.store
     assert store is not None
     errors: dict[str, tuple[int, str]] = {}  # user -> its first error

@@ -139,7 +139,9 @@ class Connection(asyncio.BufferedProtocol):
             self._closed = True
             transport.abort()
             return
-        if self.security_protocol in ("SSL", "SASL_SSL"):  # TLS: the handshake is done
+        # Mutual TLS: the certificate names the principal. On SASL_SSL the SASL login does (as in
+        # Kafka), so a certificate no ssl.principal.mapping.rules entry maps is no reason to refuse.
+        if self.security_protocol == "SSL":  # the TLS handshake is done
             principal = self.server.tls_principal(self.listener, transport)
             if principal is None:  # a certificate no ssl.principal.mapping.rules entry maps
                 self._closed = True

@@ -101,7 +101,8 @@ class SourceOptions:
     max_records_per_trigger: int | None = None
     lock_renew: bool = True
     poll_timeout_ms: int = 500
-    client: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # the kafka.* client settings; kept out of the repr: they may hold sasl.password or ssl.key.password
+    client: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
     given: frozenset[str] = frozenset()
 
     # -- per mode --------------------------------------------------------------------
