@@ -23,6 +23,7 @@ from shoal.client import AsyncAdmin, AsyncConsumer, AsyncProducer, AsyncShareCon
 from shoal.client.cli.shapes import SHAPES, validate
 from shoal.client.core.errors import SaslAuthenticationError
 from tests.support.brokers import ROOT, BrokerProcess, RawClient
+from tests.support.python_clients import aiokafka_round_trip, kafka_python_round_trip
 from tests.support.share_clients import FAST
 from tests.support.wire import create, group_config
 
@@ -193,65 +194,25 @@ def test_librdkafka_admin_client(broker, mech) -> None:
 @pytest.mark.parametrize("mech", MECHS)
 def test_aiokafka(broker, mech) -> None:
     topic = _topic(broker, "aio")
-    user = _user(mech)
-    sasl = {
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": mech,
-        "sasl_plain_username": user,
-        "sasl_plain_password": PASSWORDS[user],
-    }
-
-    async def go() -> list[bytes]:
-        p = aiokafka.AIOKafkaProducer(bootstrap_servers=broker.sasl_bootstrap, **sasl)
-        await p.start()
-        try:
-            for i in range(3):
-                await p.send_and_wait(topic, b"a%d" % i)
-        finally:
-            await p.stop()
-        c = aiokafka.AIOKafkaConsumer(
-            topic, bootstrap_servers=broker.sasl_bootstrap, group_id=f"g-{topic}", auto_offset_reset="earliest", **sasl
-        )
-        await c.start()
-        try:
-            out: list[bytes] = []
-            async with asyncio.timeout(30):
-                while len(out) < 3:
-                    for batch in (await c.getmany(timeout_ms=500)).values():
-                        out.extend(m.value for m in batch)
-            return out
-        finally:
-            await c.stop()
-
-    assert asyncio.run(go()) == [b"a0", b"a1", b"a2"]
+    settings = {"bootstrap_servers": broker.sasl_bootstrap, **_python_sasl(mech)}
+    assert aiokafka_round_trip(topic, settings) == [b"a0", b"a1", b"a2"]
 
 
 @pytest.mark.parametrize("mech", MECHS)
 def test_kafka_python(broker, mech) -> None:
     topic = _topic(broker, "kp")
+    settings = {"bootstrap_servers": broker.sasl_bootstrap, **_python_sasl(mech)}
+    assert kafka_python_round_trip(topic, settings) == [b"k0", b"k1", b"k2"]
+
+
+def _python_sasl(mech: str) -> dict:
     user = _user(mech)
-    sasl = {
+    return {
         "security_protocol": "SASL_PLAINTEXT",
         "sasl_mechanism": mech,
         "sasl_plain_username": user,
         "sasl_plain_password": PASSWORDS[user],
     }
-    p = kafka.KafkaProducer(bootstrap_servers=broker.sasl_bootstrap, acks="all", **sasl)
-    for i in range(3):
-        p.send(topic, b"k%d" % i).get(15)
-    p.close()
-    c = kafka.KafkaConsumer(
-        topic, bootstrap_servers=broker.sasl_bootstrap, group_id=f"g-{topic}", auto_offset_reset="earliest", **sasl
-    )
-    try:
-        out: list[bytes] = []
-        deadline = time.monotonic() + 30
-        while len(out) < 3 and time.monotonic() < deadline:
-            for batch in c.poll(timeout_ms=500).values():
-                out.extend(m.value for m in batch)
-    finally:
-        c.close()
-    assert out == [b"k0", b"k1", b"k2"]
 
 
 # -- wrong passwords ----------------------------------------------------------------------------

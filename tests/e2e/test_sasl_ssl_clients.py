@@ -31,6 +31,7 @@ from shoal.protocol import messages
 from shoal.testing import EmbeddedBroker
 from tests.support.auth_wire import connect, scram_upserts, tls_context
 from tests.support.brokers import ROOT, RawClient
+from tests.support.python_clients import aiokafka_round_trip, kafka_python_round_trip
 from tests.support.tls import TlsFiles, make_tls_files, principals
 from tests.support.wire import create, group_config
 
@@ -191,68 +192,26 @@ def test_librdkafka_wrong_password_is_an_authentication_error(files, broker) -> 
 
 @pytest.mark.parametrize("mech", MECHS)
 def test_aiokafka(files, broker, mech) -> None:
-    aiokafka = pytest.importorskip("aiokafka")
     from aiokafka.helpers import create_ssl_context
 
-    topic = _topic(broker)
-    kw = {
-        "bootstrap_servers": _bootstrap(broker),
-        "security_protocol": "SASL_SSL",
-        "ssl_context": create_ssl_context(cafile=str(files.ca)),
-        "sasl_mechanism": mech,
-        "sasl_plain_username": "alice",
-        "sasl_plain_password": PASSWORD,
-    }
-
-    async def go() -> list[bytes]:
-        p = aiokafka.AIOKafkaProducer(**kw)
-        await p.start()
-        try:
-            for i in range(3):
-                await p.send_and_wait(topic, b"a%d" % i)
-        finally:
-            await p.stop()
-        c = aiokafka.AIOKafkaConsumer(topic, group_id=f"g-{topic}", auto_offset_reset="earliest", **kw)
-        await c.start()
-        try:
-            out: list[bytes] = []
-            async with asyncio.timeout(30):
-                while len(out) < 3:
-                    for batch in (await c.getmany(timeout_ms=500)).values():
-                        out.extend(m.value for m in batch)
-            return out
-        finally:
-            await c.stop()
-
-    assert asyncio.run(go()) == [b"a0", b"a1", b"a2"]
+    settings = {"ssl_context": create_ssl_context(cafile=str(files.ca)), **_python_sasl(broker, mech)}
+    assert aiokafka_round_trip(_topic(broker), settings) == [b"a0", b"a1", b"a2"]
 
 
 @pytest.mark.parametrize("mech", MECHS)
 def test_kafka_python(files, broker, mech) -> None:
-    kafka = pytest.importorskip("kafka")
-    topic = _topic(broker)
-    kw = {
+    settings = {"ssl_cafile": str(files.ca), **_python_sasl(broker, mech)}
+    assert kafka_python_round_trip(_topic(broker), settings) == [b"k0", b"k1", b"k2"]
+
+
+def _python_sasl(broker, mech: str) -> dict:
+    return {
         "bootstrap_servers": _bootstrap(broker),
         "security_protocol": "SASL_SSL",
-        "ssl_cafile": str(files.ca),
         "sasl_mechanism": mech,
         "sasl_plain_username": "alice",
         "sasl_plain_password": PASSWORD,
     }
-    p = kafka.KafkaProducer(acks="all", **kw)
-    for i in range(3):
-        p.send(topic, b"k%d" % i).get(15)
-    p.close()
-    c = kafka.KafkaConsumer(topic, group_id=f"g-{topic}", auto_offset_reset="earliest", **kw)
-    try:
-        out: list[bytes] = []
-        deadline = time.monotonic() + 30
-        while len(out) < 3 and time.monotonic() < deadline:
-            for batch in c.poll(timeout_ms=500).values():
-                out.extend(m.value for m in batch)
-    finally:
-        c.close()
-    assert out == [b"k0", b"k1", b"k2"]
 
 
 # -- the bundled clients and the CLI ------------------------------------------------------------
