@@ -46,9 +46,7 @@ def _invalid(req: Any, version: int) -> str | None:
         return f"MemberEpoch {req.member_epoch} is invalid."
     if req.member_epoch == -2 and req.instance_id is None:
         return "InstanceId can't be null."
-    regex = req.subscribed_topic_regex if version >= 1 else None
-    if req.subscribed_topic_names is not None and regex is not None:
-        return "SubscribedTopicNames and SubscribedTopicRegex can't be used together."
+    regex = (req.subscribed_topic_regex or None) if version >= 1 else None  # "" clears it, as librdkafka sends
     if req.member_epoch == 0:
         if req.rebalance_timeout_ms == -1:
             return "RebalanceTimeoutMs must be provided in first request."
