@@ -183,22 +183,33 @@ def range_assign(
     current = current or {}
     members = sorted(subscriptions)
     result: dict[str, dict[Any, set[int]]] = {m: {} for m in members}
-    topics = sorted({t for s in subscriptions.values() for t in s if partitions.get(t, 0) > 0})
-    for t in topics:
+    by_topic: dict[Any, list[str]] = {}
+    for m, subs in _existing(members, subscriptions, partitions).items():
+        for t in subs:
+            by_topic.setdefault(t, []).append(m)  # members are visited in order: lists stay sorted
+    for t in sorted(by_topic):
         count = partitions[t]
-        subs = [m for m in members if t in subscriptions[m]]
-        mine = {m: sorted(p for p in current.get(m, {}).get(t, ()) if p < count) for m in subs}
+        subs = by_topic[t]
+        mine: dict[str, list[int]] = {}
+        for m in subs:
+            had = current.get(m)
+            ps = had.get(t) if had else None
+            if ps:
+                mine[m] = sorted(p for p in ps if p < count)
         quota = _quotas(subs, count, {m: len(ps) for m, ps in mine.items()})
         taken: set[int] = set()
-        for m in subs:
-            keep = [p for p in mine[m] if p not in taken][: quota[m]]
+        for m, ps in mine.items():
+            keep = [p for p in ps if p not in taken][: quota[m]]
             taken.update(keep)
             if keep:
                 result[m][t] = set(keep)
         free = iter(p for p in range(count) if p not in taken)
         for m in subs:
+            q = quota[m]
+            if not q:
+                continue
             have = result[m].setdefault(t, set())
-            while len(have) < quota[m]:
+            while len(have) < q:
                 have.add(next(free))
     return _finish(result)
 
