@@ -97,7 +97,7 @@ def test_join_revoke_then_assign() -> None:
 
 def test_fencing_rules() -> None:
     h = Harness()
-    a = h.hb("a", 0, ["t1"], {})
+    h.hb("a", 0, ["t1"], {})
     assert h.hb("a", 5).error == ErrorCode.FENCED_MEMBER_EPOCH
     assert h.hb("x", 1).error == ErrorCode.UNKNOWN_MEMBER_ID
     h.hb("b", 0, ["t1"], {})

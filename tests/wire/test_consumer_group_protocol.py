@@ -360,3 +360,40 @@ def test_group_survives_restart(broker_factory, kill: bool) -> None:
         a2 = hb(c, "g", "a", a.member_epoch, owned={tid: parts(a)[tid]})
         assert a2.error_code == 0 and a2.member_epoch == 2
         assert hb(c, "g", "b", bb.member_epoch, owned={}).error_code == 0
+
+
+def test_group_config_overrides_interval_and_session(broker) -> None:
+    from shoal.protocol.constants import AlterConfigOpType, ConfigResourceType
+
+    IAC = api_by_name("IncrementalAlterConfigs").request_class()
+
+    def alter(name: str, value: str) -> int:
+        resp = c.call(
+            "IncrementalAlterConfigs",
+            1,
+            resources=[
+                IAC.AlterConfigsResource(
+                    resource_type=ConfigResourceType.GROUP,
+                    resource_name="cfg-g",
+                    configs=[IAC.AlterableConfig(name=name, config_operation=AlterConfigOpType.SET, value=value)],
+                )
+            ],
+            validate_only=False,
+        )
+        return resp.responses[0].error_code
+
+    with RawClient(broker.port) as c:
+        create(c, "cfg-t")
+        # bounded by group.consumer.{min,max}.session.timeout.ms (1000..60000 here)
+        assert alter("consumer.session.timeout.ms", "500") == ErrorCode.INVALID_CONFIG
+        assert alter("consumer.heartbeat.interval.ms", "250") == 0
+        assert alter("consumer.session.timeout.ms", "3000") == 0
+        r = hb(c, "cfg-g", "m", 0, ["cfg-t"])
+        assert r.heartbeat_interval_ms == 250
+        assert hb(c, "other-g", "m", 0, ["cfg-t"]).heartbeat_interval_ms == 100
+        start = time.monotonic()
+        while describe(c, "cfg-g").members and time.monotonic() - start < 10:
+            time.sleep(0.1)
+        gone_after = time.monotonic() - start
+        assert describe(c, "cfg-g").members == []
+        assert 2.0 <= gone_after <= 8, gone_after  # the group's 3 s session, not the broker's 1 s

@@ -125,9 +125,7 @@ def _heterogeneous(
 ) -> dict[str, dict[Any, set[int]]]:
     topics = sorted({t for s in subs.values() for t in s})
     subscribers = {t: [m for m in members if t in subs[m]] for t in topics}
-    total = sum(partitions[t] for t in topics)
-    # A member's fair share if every partition could go to anyone; stickiness stops there.
-    cap = -(-total // len(members))
+    # Everyone keeps what it held (the balancing pass below takes away what is too much).
     owner: dict[tuple[Any, int], str] = {}
     load = dict.fromkeys(members, 0)
     for m in members:
@@ -135,7 +133,7 @@ def _heterogeneous(
             if t not in subs[m]:
                 continue
             for p in sorted(current[m][t]):
-                if p < partitions[t] and (t, p) not in owner and load[m] < cap:
+                if p < partitions[t] and (t, p) not in owner:
                     owner[(t, p)] = m
                     load[m] += 1
     # Free partitions, topics with the fewest subscribers first: each to its least loaded subscriber.
@@ -184,8 +182,8 @@ def range_assign(
     members = sorted(subscriptions)
     result: dict[str, dict[Any, set[int]]] = {m: {} for m in members}
     by_topic: dict[Any, list[str]] = {}
-    for m, subs in _existing(members, subscriptions, partitions).items():
-        for t in subs:
+    for m, wanted in _existing(members, subscriptions, partitions).items():
+        for t in wanted:
             by_topic.setdefault(t, []).append(m)  # members are visited in order: lists stay sorted
     for t in sorted(by_topic):
         count = partitions[t]
@@ -193,9 +191,9 @@ def range_assign(
         mine: dict[str, list[int]] = {}
         for m in subs:
             had = current.get(m)
-            ps = had.get(t) if had else None
-            if ps:
-                mine[m] = sorted(p for p in ps if p < count)
+            prev = had.get(t) if had else None
+            if prev:
+                mine[m] = sorted(p for p in prev if p < count)
         quota = _quotas(subs, count, {m: len(ps) for m, ps in mine.items()})
         taken: set[int] = set()
         for m, ps in mine.items():
