@@ -397,3 +397,21 @@ def test_group_config_overrides_interval_and_session(broker) -> None:
         gone_after = time.monotonic() - start
         assert describe(c, "cfg-g").members == []
         assert 2.0 <= gone_after <= 8, gone_after  # the group's 3 s session, not the broker's 1 s
+
+
+def test_delete_group(broker) -> None:
+    with RawClient(broker.port) as c:
+        create(c, "del-t")
+        a = hb(c, "dg", "a", 0, ["del-t"])
+        assert c.call("DeleteGroups", 2, groups_names=["dg"]).results[0].error_code == ErrorCode.NON_EMPTY_GROUP
+        assert hb(c, "dg", "a", -1).error_code == 0
+        assert c.call("DeleteGroups", 2, groups_names=["dg"]).results[0].error_code == 0
+        assert describe(c, "dg").error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert hb(c, "dg", "a", a.member_epoch).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_only_served_when_the_consumer_protocol_is_enabled(broker_factory) -> None:
+    b = broker_factory("group.coordinator.rebalance.protocols=classic").start()
+    with RawClient(b.port) as c:
+        keys = {a.api_key for a in c.call("ApiVersions", 3).api_keys}
+    assert 68 not in keys and 69 not in keys
