@@ -122,6 +122,7 @@ class ConsumerGroupService:
     async def heartbeat(self, gid: str, params: HeartbeatParams) -> HeartbeatAnswer:
         interval = self.broker.config.get("group.consumer.heartbeat.interval.ms")
         pre: list = []
+        converting = False
         try:
             p = self.runtime.partition_of(gid)
             shard = self.runtime.shard(p)
@@ -135,8 +136,7 @@ class ConsumerGroupService:
                     raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
                 if params.member_epoch != 0:
                     raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
-                if classic is not None:
-                    pre = shard.convert_empty_classic(gid)
+                converting = classic is not None
                 group = shard.consumer_groups[gid] = ConsumerGroup(gid, self.now(), self.assignors[0])
         except ErrorAnswer as e:
             return HeartbeatAnswer(e.code, e.message, params.member_id or None, params.member_epoch, interval)
@@ -152,6 +152,8 @@ class ConsumerGroupService:
         if not group.members and group.group_epoch == 0 and not shard.consumer_images.get(gid):
             shard.consumer_groups.pop(gid, None)  # a failed first join leaves nothing behind
             return _answer(result, interval)
+        if converting:  # the empty classic group goes now that the consumer group exists
+            pre = shard.convert_empty_classic(gid)
         try:
             fut = self._persist(p, group, pre)
         except ErrorAnswer as e:
