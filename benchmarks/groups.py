@@ -10,7 +10,14 @@ Prints, in one run:
     durable), next to acks=-1 produce requests/s of one small record from
     the same 10 connections (the same fsync path, reference);
   * replay time of a __consumer_offsets partition holding 1M commits
-    (10,000 distinct group/topic/partition keys), before and after compaction.
+    (10,000 distinct group/topic/partition keys), before and after compaction;
+  * KIP-848 consumer groups, next to the classic figures: time for 100
+    members (ConsumerGroupHeartbeat, each reporting what it holds) to reach
+    Stable on a 200-partition topic, and ConsumerGroupHeartbeat/s of those
+    100 members once stable;
+  * the server-side assignors alone (``assignment_time``, also runnable with
+    --assignors-only): uniform and range for 1,000 members x 1,000 partitions,
+    a fresh assignment and a sticky one after a member joins (goal < 50 ms).
 """
 
 from __future__ import annotations
@@ -209,10 +216,96 @@ def replay_figures(records: int, keys: int) -> tuple[float, float, int, int]:
         return before, after, n_before, n_after
 
 
+def assignment_time(members: int = 1000, partitions: int = 1000, topics: int = 10, runs: int = 5) -> dict[str, float]:
+    """Median ms of each assignor: a fresh assignment, and a sticky one after one member joins."""
+    import statistics
+    import uuid
+
+    from shoal.broker.groups.consumer.assignor import ASSIGNORS
+
+    counts = {uuid.UUID(int=i + 1): partitions // topics for i in range(topics)}
+    subs = frozenset(counts)
+    group = {f"member-{i:05d}": subs for i in range(members)}
+    out: dict[str, float] = {}
+    for name, fn in ASSIGNORS.items():
+        fresh, sticky = [], []
+        for _ in range(runs):
+            t = time.perf_counter()
+            first = fn(group, counts)
+            fresh.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            fn({**group, "member-new": subs}, counts, first)
+            sticky.append((time.perf_counter() - t) * 1000)
+        out[f"{name} fresh"] = statistics.median(fresh)
+        out[f"{name} sticky (+1 member)"] = statistics.median(sticky)
+    return out
+
+
+async def consumer_protocol(port: int, members: int, seconds: float) -> tuple[float, float]:
+    """(seconds for `members` KIP-848 members to reach Stable, heartbeats/s once stable)."""
+    HB = api_by_name("ConsumerGroupHeartbeat").request_class()
+    conns = [await Conn.open(port) for _ in range(members)]
+    held: dict[int, dict] = {}
+    epochs: dict[int, int] = {}
+
+    def owned(i: int) -> list:
+        return [HB.TopicPartitions(topic_id=t, partitions=sorted(ps)) for t, ps in held[i].items()]
+
+    async def beat(i: int, first: bool = False):
+        r = await conns[i].call(
+            "ConsumerGroupHeartbeat",
+            1,
+            group_id="bench-cg",
+            member_id=f"m-{i:03d}",
+            member_epoch=0 if first else epochs[i],
+            rebalance_timeout_ms=30000 if first else -1,
+            subscribed_topic_names=["bench-cg"] if first else None,
+            topic_partitions=[] if first else owned(i),
+        )
+        assert r.error_code == 0, r
+        epochs[i] = r.member_epoch
+        if r.assignment is not None:
+            held[i] = {tp.topic_id: set(tp.partitions) for tp in r.assignment.topic_partitions}
+        return r
+
+    start = time.perf_counter()
+    await asyncio.gather(*(beat(i, True) for i in range(members)))
+    while True:
+        await asyncio.gather(*(beat(i) for i in range(members)))
+        d = await conns[0].call("ConsumerGroupDescribe", 1, group_ids=["bench-cg"], include_authorized_operations=False)
+        if d.groups[0].group_state == "Stable":
+            break
+    stable = time.perf_counter() - start
+    n = 0
+    end = time.perf_counter() + seconds
+
+    async def steady(i: int) -> None:
+        nonlocal n
+        while time.perf_counter() < end:
+            await beat(i)
+            n += 1
+
+    t = time.perf_counter()
+    await asyncio.gather(*(steady(i) for i in range(members)))
+    rate = n / (time.perf_counter() - t)
+    for c in conns:
+        c.close()
+    return stable, rate
+
+
+def print_assignors() -> None:
+    for name, ms in assignment_time().items():
+        print(f"assignor {name:24s} 1,000 members x 1,000 partitions: {ms:7.1f} ms  (goal < 50 ms)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--assignors-only", action="store_true")
     args = ap.parse_args()
+    if args.assignors_only:
+        print_assignors()
+        return
     with tempfile.TemporaryDirectory(prefix="shoal-bench-groups-") as tmp:
         b = BrokerProcess(Path(tmp) / "data", ["group.initial.rebalance.delay.ms=0", "num.partitions=1"])
         b.start()
@@ -230,6 +323,10 @@ def main() -> None:
                 f"OffsetCommit from 10 consumers (durable):   {commits:8.0f} /s"
                 f"   (acks=-1 produce requests, same connections: {produces:.0f} /s)"
             )
+            create_topic(b.bootstrap, "bench-cg", 200)
+            stable, rate = asyncio.run(consumer_protocol(b.port, 100, 2.0 if args.quick else 5.0))
+            print(f"100 KIP-848 members reach Stable:           {stable * 1000:8.1f} ms")
+            print(f"ConsumerGroupHeartbeat, 100 stable members: {rate:8.0f} /s")
         finally:
             b.stop()
     n = 100_000 if args.quick else 1_000_000
@@ -238,6 +335,7 @@ def main() -> None:
         f"replay of __consumer_offsets with {n_before:,} commits: {before:7.2f} s;"
         f" after compaction ({n_after:,} records): {after:6.3f} s"
     )
+    print_assignors()
 
 
 if __name__ == "__main__":

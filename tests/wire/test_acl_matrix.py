@@ -282,6 +282,19 @@ def share_heartbeat(c, ctx):
     return r.error_code
 
 
+def consumer_heartbeat(c, ctx):
+    r = c.call(
+        "ConsumerGroupHeartbeat", 1, group_id=ctx.group, member_id=uuid.uuid4().hex[:22], member_epoch=0,
+        rebalance_timeout_ms=30000, subscribed_topic_names=[ctx.topic], topic_partitions=[],
+    )  # fmt: skip
+    return r.error_code
+
+
+def consumer_describe(c, ctx):
+    r = c.call("ConsumerGroupDescribe", 1, group_ids=[ctx.group], include_authorized_operations=True)
+    return r.groups[0].error_code
+
+
 def share_fetch(c, ctx):
     r = fetch(c, ctx.group, uuid.uuid4().hex[:22], 0, [(ctx.topic_id, 0)])
     return r.error_code or r.responses[0].partitions[0].error_code
@@ -452,6 +465,20 @@ CASES = [
         ),
     ),
     Case(
+        "consumer-groups",
+        consumer_heartbeat,
+        (
+            ((), E.GROUP_AUTHORIZATION_FAILED),
+            (((G, "group", Op.READ),), E.TOPIC_AUTHORIZATION_FAILED),
+            (((G, "group", Op.READ), (T, "topic", Op.DESCRIBE)), 0),
+        ),
+    ),
+    Case(
+        "consumer-groups",
+        consumer_describe,
+        (((), E.GROUP_AUTHORIZATION_FAILED), (((G, "group", Op.DESCRIBE),), E.GROUP_ID_NOT_FOUND)),
+    ),
+    Case(
         "share-groups",
         share_fetch,
         (
@@ -588,6 +615,7 @@ def test_every_family_is_in_the_matrix() -> None:
         "metadata",
         "admin",
         "groups",
+        "consumer-groups",
         "share-groups",
         "share-admin",
         "acl-admin",

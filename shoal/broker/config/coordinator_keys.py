@@ -166,6 +166,14 @@ COORDINATOR_KEYS: Final = (
         validator=AT_LEAST_1,
         min_key="group.consumer.min.heartbeat.interval.ms",
     ),
+    _key(
+        "group.consumer.assignors",
+        LIST,
+        ("uniform", "range"),
+        "Server-side assignors of consumer groups; the first is the default.",
+        validator=ListOf(("uniform", "range")),
+    ),
+    _key("group.consumer.max.size", INT, INT_MAX, "Most members one consumer group may hold.", validator=AT_LEAST_1),
     # share groups
     _key(
         "group.share.enable",

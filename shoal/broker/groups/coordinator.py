@@ -29,6 +29,7 @@ from shoal.broker.coordinator.runtime import CoordinatorRuntime
 from shoal.broker.coordinator.write_errors import append_error_code, append_error_to_response
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, JoinParams
+from shoal.broker.groups.consumer.service import ConsumerGroupService
 from shoal.broker.groups.shard import GroupSettings, GroupShard
 from shoal.broker.groups.share.service import ShareGroupService
 from shoal.broker.timing.purgatory import DelayedOperation, Purgatory
@@ -138,6 +139,7 @@ class GroupCoordinator:
         self._tasks: set[asyncio.Task] = set()
         self._expiry_task: asyncio.Task | None = None
         self.share = ShareGroupService(broker, self)
+        self.consumer = ConsumerGroupService(broker, self)
 
     # -- clocks ------------------------------------------------------------------
     def now(self) -> int:
@@ -164,6 +166,7 @@ class GroupCoordinator:
                 m.heartbeat_deadline_ms = self.now() + m.session_timeout_ms
             self.after(p, g)
         self.share.after_load(p, shard)
+        self.consumer.after_load(p, shard)
 
     def _shard_unloaded(self, p: int, shard: GroupShard, error: int) -> None:
         """A shard dropped after a failed write: its waiting joins and syncs get the write's error."""
@@ -173,6 +176,7 @@ class GroupCoordinator:
 
     def close(self) -> None:
         self.share.close()
+        self.consumer.close()
         self.runtime.close()
         if self._expiry_task is not None:
             self._expiry_task.cancel()
@@ -323,7 +327,7 @@ class GroupCoordinator:
             raise ErrorAnswer(ErrorCode.INVALID_GROUP_ID)
         p = self.runtime.partition_of(gid)
         shard = self.runtime.shard(p)
-        if gid in shard.share_groups:
+        if gid in shard.share_groups or gid in shard.consumer_groups:
             raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a classic group.")
         return p, shard
 
@@ -333,6 +337,11 @@ class GroupCoordinator:
         try:
             p, shard = self._route(gid)
         except ErrorAnswer as e:
+            cg = None
+            if e.code == ErrorCode.GROUP_ID_NOT_FOUND:
+                cg = self.runtime.shard(self.runtime.partition_of(gid)).consumer_groups.get(gid)
+            if cg is not None and cg.members:  # classic members in a consumer group: not built yet
+                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=params.member_id)
             return JoinResult(e.code, member_id=params.member_id)
         s = self.settings
         if not s.min_session_timeout_ms <= params.session_timeout_ms <= s.max_session_timeout_ms:
@@ -403,15 +412,23 @@ class GroupCoordinator:
         member_id: str,
         instance_id: str | None,
         offsets: list[tuple[str, int, int, int, str | None]],
+        api_version: int = 9,
     ) -> tuple[int, list[int]]:
         """offsets: (topic, partition, offset, leader_epoch, metadata). Returns (group error, per-offset errors)."""
-        p, shard = self._route(gid)
-        error, _ = shard.validate_commit(gid, generation, member_id, instance_id, self.now())
-        if error:
-            return error, [error] * len(offsets)
-        group = shard.group(gid)
-        if group is not None:
-            self.after(p, group)
+        p = self.runtime.partition_of(gid) if gid else -1
+        cg = self.runtime.shard(p).consumer_groups.get(gid) if gid else None
+        if cg is not None:
+            error = self.consumer.validate_commit(cg, member_id, generation, api_version)
+            if error:
+                return error, [error] * len(offsets)
+        else:
+            p, shard = self._route(gid)
+            error, _ = shard.validate_commit(gid, generation, member_id, instance_id, self.now())
+            if error:
+                return error, [error] * len(offsets)
+            group = shard.group(gid)
+            if group is not None:
+                self.after(p, group)
         now = self.broker.clock.now_ms()
         accepted: list[tuple[str, int, int, int, str | None]] = []
         errors = []
@@ -428,9 +445,20 @@ class GroupCoordinator:
         await self.runtime.write(p, lambda shard: shard.commit_offsets(gid, accepted, now))
         return ErrorCode.NONE, errors
 
-    def fetch_offsets(self, gid: str, wanted: list[tuple[str, list[int]]] | None) -> tuple[int, dict]:
-        """(error, {(topic, partition): CommittedOffset | None}); wanted None = all."""
-        _, shard = self._route(gid)
+    def fetch_offsets(
+        self, gid: str, wanted: list[tuple[str, list[int]]] | None, member: tuple[str | None, int] = (None, -1)
+    ) -> tuple[int, dict]:
+        """(error, {(topic, partition): CommittedOffset | None}); wanted None = all.
+
+        `member` (member id, epoch) of an OffsetFetch v9+ is checked for a consumer group."""
+        cg = self.runtime.shard(self.runtime.partition_of(gid)).consumer_groups.get(gid) if gid else None
+        if cg is not None:
+            error = self.consumer.validate_fetch(cg, *member)
+            if error:
+                return error, {}
+            shard = self.runtime.shard(self.runtime.partition_of(gid))
+        else:
+            _, shard = self._route(gid)
         committed = shard.committed(gid)
         if wanted is None:
             return ErrorCode.NONE, dict(committed)
@@ -458,7 +486,12 @@ class GroupCoordinator:
             try:
                 p, shard = self._route(gid)
             except ErrorAnswer as e:
-                if e.code == ErrorCode.GROUP_ID_NOT_FOUND:
+                if (
+                    e.code == ErrorCode.GROUP_ID_NOT_FOUND
+                    and gid in self.runtime.shard(self.runtime.partition_of(gid)).consumer_groups
+                ):
+                    out.append(await self.consumer.delete_group(gid))
+                elif e.code == ErrorCode.GROUP_ID_NOT_FOUND:
                     out.append(await self.share.delete_group(gid))
                 else:
                     out.append(e.code)

@@ -30,6 +30,8 @@ from typing import Any
 
 from shoal.broker.coordinator.shard import Record
 from shoal.broker.groups.classic import AssignmentWrite, ClassicGroup, GroupState, Member
+from shoal.broker.groups.consumer import records as consumer_records
+from shoal.broker.groups.consumer.group import ConsumerGroup
 from shoal.broker.groups.share.group import ShareGroup
 from shoal.broker.groups.share.records import (
     Image,
@@ -78,6 +80,9 @@ class GroupShard:
         self.share_groups: dict[str, ShareGroup] = {}
         self.share_images: dict[str, Image] = {}  # what the log holds for each share group
         self._share_replayer = ShareGroupReplayer(self.share_groups, now_ms)
+        self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups
+        self.consumer_images: dict[str, Image] = {}  # what the log holds for each consumer group
+        self._consumer_replayer = consumer_records.ConsumerGroupReplayer(self.consumer_groups, now_ms)
         self.loading = True
 
     # -- replay ----------------------------------------------------------------
@@ -95,8 +100,12 @@ class GroupShard:
                 offsets[(k.topic, k.partition)] = CommittedOffset(
                     v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
                 )
-                if k.group not in self.groups:
+                if k.group not in self.groups and k.group not in self.consumer_groups:
                     self.groups[k.group] = self._new_group(k.group)
+        elif consumer_records.is_consumer_record(name):
+            consumer_records.apply_to_images(self.consumer_images, record)
+            if self.loading:  # live, the ConsumerGroup objects already made the change
+                self._consumer_replayer.replay(record)
         elif is_share_record(name):
             apply_to_images(self.share_images, record)
             if self.loading:  # live, the ShareGroup objects already made the change
@@ -143,6 +152,11 @@ class GroupShard:
     def finish_loading(self) -> None:
         self.loading = False
         self._share_replayer.finish(self.share_groups.values())
+        self._consumer_replayer.finish(self.consumer_groups.values())
+        for gid in self.consumer_groups:  # offsets replayed before the group's records made a placeholder
+            g = self.groups.get(gid)
+            if g is not None and not g.members and gid not in self.group_images:
+                del self.groups[gid]
 
     # -- groups ------------------------------------------------------------------
     def group(self, gid: str, create: bool = False) -> ClassicGroup | None:
@@ -223,6 +237,32 @@ class GroupShard:
         del self.share_groups[gid]
         group.mark_dead(now_ms)
         return tombstones(self.share_images.get(gid, {})), None
+
+    def store_consumer_group(self, group: ConsumerGroup) -> tuple[list[Record], None]:
+        """Write what changed in a consumer group (the diff between the log's image and the group)."""
+        gid = group.group_id
+        if self.consumer_groups.get(gid) is not group:
+            return [], None
+        records = consumer_records.diff_records(group, self.consumer_images.get(gid, {}))
+        group.dirty = False
+        return records, None
+
+    def delete_consumer_group(self, group: ConsumerGroup, now_ms: int) -> tuple[list[Record], None]:
+        """Forget a consumer group (checked by the caller): its offsets and every record it has."""
+        gid = group.group_id
+        if self.consumer_groups.get(gid) is not group:
+            return [], None
+        del self.consumer_groups[gid]
+        group.mark_dead(now_ms)
+        records = self.delete_offsets_records(gid, list(self.committed(gid)))
+        return records + consumer_records.tombstones(self.consumer_images.get(gid, {})), None
+
+    def convert_empty_classic(self, gid: str) -> list[Record]:
+        """An empty classic group gives way to a consumer group (offsets stay): its GroupMetadata goes."""
+        self.groups.pop(gid, None)
+        if gid in self.group_images:
+            return [Record("GroupMetadata", GroupMetadataKey(group=gid), None)]
+        return []
 
     # -- offsets -----------------------------------------------------------------
     def commit_offsets(
@@ -314,6 +354,9 @@ class GroupShard:
             group = self.groups.get(gid)
             if group is not None and group.state != GroupState.EMPTY:
                 continue  # offsets of live groups never expire
+            cg = self.consumer_groups.get(gid)
+            if cg is not None and cg.members:
+                continue
             base = group.state_timestamp if group is not None and group.protocol_type else None
             gone = [
                 (t, p)

@@ -57,8 +57,8 @@ class HandlerTable:
         return len(self._by_key)
 
 
-def handler_table() -> HandlerTable:
-    """Every API this broker serves."""
+def handler_table(consumer_groups: bool = True) -> HandlerTable:
+    """Every API this broker serves (`consumer_groups`: the KIP-848 APIs too)."""
     from shoal.broker.handlers import (
         acls,
         admin,
@@ -72,6 +72,9 @@ def handler_table() -> HandlerTable:
         share_fetch,
         share_groups,
         share_state,
+    )
+    from shoal.broker.handlers import (
+        consumer_groups as consumer_group_apis,
     )
 
     t = HandlerTable()
@@ -87,4 +90,6 @@ def handler_table() -> HandlerTable:
     share_state.register(t)
     acls.register(t)
     sasl.register(t)
+    if consumer_groups:
+        consumer_group_apis.register(t)
     return t

@@ -248,7 +248,12 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: message
     else:
         try:
             _, errors = await broker.groups.commit(
-                req.group_id, req.generation_id_or_member_epoch, req.member_id, req.group_instance_id, wanted
+                req.group_id,
+                req.generation_id_or_member_epoch,
+                req.member_id,
+                req.group_instance_id,
+                wanted,
+                ctx.api_version,
             )
         except ErrorAnswer as e:  # not (or not yet) the coordinator, a share group's id, a refused write
             errors = [e.code] * len(wanted)
@@ -272,8 +277,11 @@ def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: messages.Offse
     cls = messages.OffsetFetchResponse
     v = ctx.api_version
     groups: list[tuple[str, list[tuple[str, list[int]]] | None]]  # (group, [(topic, partitions)] or None: all)
+    members: dict[str, tuple[str | None, int]] = {}  # v9+: the member a consumer group checks
     if v >= 8:
         groups = [(g.group_id, _wanted_in_group(broker, g.topics, v)) for g in req.groups]
+        if v >= 9:
+            members = {g.group_id: (g.member_id, g.member_epoch) for g in req.groups}
     else:
         topics = req.topics
         groups = [(req.group_id, None if topics is None else [(t.name, list(t.partition_indexes)) for t in topics])]
@@ -291,7 +299,7 @@ def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: messages.Offse
             hidden = [(n, ps) for n, ps in wanted if n and not may_describe.ok(n)]
             wanted = [(n, ps) for n, ps in wanted if not n or may_describe.ok(n)]
         try:
-            error, found = broker.groups.fetch_offsets(gid, wanted)
+            error, found = broker.groups.fetch_offsets(gid, wanted, members.get(gid, (None, -1)))
         except ErrorAnswer as e:
             error, found = e.code, {}
         if may_describe is not None:  # every committed topic (a null list): only what may be described
@@ -473,6 +481,15 @@ def handle_list_groups(broker: Broker, ctx: RequestContext, req: messages.ListGr
             out.append(
                 cls.ListedGroup(
                     group_id=gid, protocol_type=g.protocol_type or "", group_state=g.state.value, group_type="classic"
+                )
+            )
+    if not types or "consumer" in types:
+        for cg in broker.groups.consumer.list_groups():
+            if states and cg.state.lower() not in states:
+                continue
+            out.append(
+                cls.ListedGroup(
+                    group_id=cg.group_id, protocol_type="consumer", group_state=cg.state, group_type="consumer"
                 )
             )
     if not types or "share" in types:

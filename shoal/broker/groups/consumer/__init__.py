@@ -1,0 +1,1 @@
+"""Consumer groups of the KIP-848 protocol: the sans-IO group, its assignors, records and service."""

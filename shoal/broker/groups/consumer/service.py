@@ -1,0 +1,282 @@
+"""The consumer-group (KIP-848) side of the group coordinator: an asyncio shell over ConsumerGroup.
+
+Consumer groups live in the same __consumer_offsets shards as classic and
+share groups (one id names one type). This shell turns ConsumerGroupHeartbeat,
+ConsumerGroupDescribe, the member-epoch checks of OffsetCommit/OffsetFetch and
+DeleteGroups into calls on the sans-IO :class:`ConsumerGroup`; after each call
+it writes the records that changed through the coordinator runtime
+(``GroupShard.store_consumer_group``) and answers once they are durable, or,
+with nothing to write, once earlier writes of the partition are
+(``runtime.barrier``). It keeps one delayed operation per group in the
+coordinator's purgatory, due at the group's earliest deadline (a session
+timeout, or the rebalance timeout of a member asked to revoke); when it
+expires the group removes whoever is due and the operation re-arms.
+
+A consumer heartbeat for an id held by an empty classic group (say one that
+only committed offsets) turns it into a consumer group, keeping the offsets,
+as Kafka does; a classic group with members answers GROUP_ID_NOT_FOUND until
+online migration is built. Group deadlines use the monotonic clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from shoal.broker.errors import ErrorAnswer
+from shoal.broker.groups.consumer.group import ConsumerGroup, HeartbeatParams, HeartbeatResult
+from shoal.broker.timing.purgatory import DelayedOperation
+from shoal.protocol.errors import ErrorCode
+
+log = logging.getLogger("shoal.consumer.groups")
+
+INTERNAL_PREFIX = "__"
+
+
+@dataclass(slots=True)
+class HeartbeatAnswer:
+    error: int
+    message: str | None
+    member_id: str | None
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: dict[uuid.UUID, frozenset[int]] | None = None
+
+
+class DelayedConsumerSession(DelayedOperation):
+    """Expire the members of one consumer group whose session (or revocation) ran out."""
+
+    __slots__ = ("deadline", "gid", "partition", "service")
+
+    def __init__(self, service: ConsumerGroupService, partition: int, gid: str, deadline: int) -> None:
+        super().__init__(max(0, deadline - service.now()))
+        self.service, self.partition, self.gid, self.deadline = service, partition, gid, deadline
+
+    def try_complete(self) -> bool:
+        shard = self.service.runtime.shards.get(self.partition)
+        g = shard.consumer_groups.get(self.gid) if shard is not None else None
+        if g is None or self.service.sessions.get(self.gid) is not self:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        self.service.expire(self)
+
+
+class ConsumerGroupService:
+    def __init__(self, broker: Any, groups: Any) -> None:
+        self.broker = broker
+        self.groups = groups
+        self.runtime = groups.runtime
+        cfg = broker.config
+        self.enabled = "consumer" in cfg.get("group.coordinator.rebalance.protocols")
+        self.assignors: tuple[str, ...] = tuple(cfg.get("group.consumer.assignors")) or ("uniform",)
+        self.max_size: int = cfg.get("group.consumer.max.size")
+        self.sessions: dict[str, DelayedConsumerSession] = {}
+        self._last_seen: dict[str, tuple] = {}
+
+    def now(self) -> int:
+        return self.broker.clock.monotonic_ms()
+
+    def setting(self, gid: str, name: str) -> Any:
+        store = self.broker.group_configs
+        if store is not None:
+            return store.get(gid, name)
+        return self.broker.config.group_defaults()[name]
+
+    def topic_view(self) -> dict[str, tuple[uuid.UUID, int]]:
+        out = {}
+        for t in self.broker.topics:
+            if not t.name.startswith(INTERNAL_PREFIX):
+                out[t.name] = (t.topic_id, len(t.partitions))
+        return out
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def after_load(self, p: int, shard: Any) -> None:
+        now = self.now()
+        for g in shard.consumer_groups.values():
+            g.default_assignor = self.assignors[0]
+            timeout = self.setting(g.group_id, "consumer.session.timeout.ms")
+            for m in g.members.values():
+                m.session_deadline_ms = now + timeout
+                if m.revocation_deadline_ms is None and m.revoking:
+                    m.revocation_deadline_ms = now + m.rebalance_timeout_ms
+            self._arm(p, g)
+
+    def find(self, gid: str) -> tuple[int, Any, ConsumerGroup]:
+        if not gid:
+            raise ErrorAnswer(ErrorCode.INVALID_GROUP_ID, "GroupId can't be empty.")
+        p = self.runtime.partition_of(gid)
+        shard = self.runtime.shard(p)
+        g = shard.consumer_groups.get(gid)
+        if g is None:
+            raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
+        return p, shard, g
+
+    # -- ConsumerGroupHeartbeat --------------------------------------------------------
+    async def heartbeat(self, gid: str, params: HeartbeatParams) -> HeartbeatAnswer:
+        interval = self.broker.config.get("group.consumer.heartbeat.interval.ms")
+        pre: list = []
+        converting = False
+        try:
+            p = self.runtime.partition_of(gid)
+            shard = self.runtime.shard(p)
+            interval = self.setting(gid, "consumer.heartbeat.interval.ms")
+            group = shard.consumer_groups.get(gid)
+            if group is None:
+                if gid in shard.share_groups:
+                    raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
+                classic = shard.groups.get(gid)
+                if classic is not None and classic.members:
+                    raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group.")
+                if params.member_epoch != 0:
+                    raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
+                converting = classic is not None
+                group = shard.consumer_groups[gid] = ConsumerGroup(gid, self.now(), self.assignors[0])
+        except ErrorAnswer as e:
+            return HeartbeatAnswer(e.code, e.message, params.member_id or None, params.member_epoch, interval)
+        now = self.now()
+        result: HeartbeatResult = group.heartbeat(
+            params,
+            self.topic_view(),
+            now,
+            self.setting(gid, "consumer.session.timeout.ms"),
+            self.max_size,
+            self.assignors.__contains__,
+        )
+        if not group.members and group.group_epoch == 0 and not shard.consumer_images.get(gid):
+            shard.consumer_groups.pop(gid, None)  # a failed first join leaves nothing behind
+            return _answer(result, interval)
+        if converting:  # the empty classic group goes now that the consumer group exists
+            pre = shard.convert_empty_classic(gid)
+        try:
+            fut = self._persist(p, group, pre)
+        except ErrorAnswer as e:
+            return HeartbeatAnswer(e.code, e.message, params.member_id, params.member_epoch, interval)
+        self._log_change(group)
+        self._arm(p, group)
+        if fut is not None:
+            try:
+                await fut
+            except ErrorAnswer as e:
+                return HeartbeatAnswer(e.code, None, params.member_id, params.member_epoch, interval)
+            except Exception as e:  # noqa: BLE001 - cancelled at shutdown
+                log.error("consumer group %s: persisting failed: %r", gid, e)
+                return HeartbeatAnswer(ErrorCode.NOT_COORDINATOR, None, params.member_id, params.member_epoch, interval)
+        return _answer(result, interval)
+
+    def _persist(self, p: int, group: ConsumerGroup, pre: list | None = None) -> Any:
+        if not group.dirty and not pre:
+            return self.runtime.barrier(p)
+
+        def op(shard: Any) -> tuple[list, None]:
+            records, _ = shard.store_consumer_group(group)
+            return list(pre or ()) + records, None
+
+        _, fut = self.runtime.submit(p, op)
+        return fut if fut is not None else self.runtime.barrier(p)
+
+    def _log_change(self, g: ConsumerGroup) -> None:
+        seen = (g.state, g.group_epoch, len(g.members))
+        if self._last_seen.get(g.group_id) != seen:
+            if self._last_seen.get(g.group_id, (None, 0))[1] != g.group_epoch:
+                self.broker.stats.rebalance("consumer")
+            self._last_seen[g.group_id] = seen
+            log.info("consumer group %s: %s, epoch %d, %d members", g.group_id, g.state, g.group_epoch, len(g.members))
+
+    # -- deadlines -----------------------------------------------------------------------
+    def _arm(self, p: int, group: ConsumerGroup) -> None:
+        gid = group.group_id
+        deadline = group.next_deadline_ms()
+        op = self.sessions.get(gid)
+        if op is not None and not op.is_completed and deadline is not None and op.deadline <= deadline:
+            return  # it fires early at worst, then re-arms
+        if op is not None:
+            del self.sessions[gid]
+            self.groups.purgatory.check_and_complete(("consumer-session", gid))
+        if deadline is not None:
+            op = self.sessions[gid] = DelayedConsumerSession(self, p, gid, deadline)
+            self.groups.purgatory.try_complete_else_watch(op, [("consumer-session", gid)])
+
+    def expire(self, op: DelayedConsumerSession) -> None:
+        gid, p = op.gid, op.partition
+        if self.sessions.get(gid) is op:
+            del self.sessions[gid]
+        shard = self.runtime.shards.get(p)
+        group = shard.consumer_groups.get(gid) if shard is not None else None
+        if group is None:
+            return
+        gone = group.expire(self.now())
+        for m in gone:
+            log.info("consumer group %s: member %s removed (session or rebalance timeout)", gid, m)
+        if gone:
+            try:
+                self._persist(p, group)
+            except ErrorAnswer as e:
+                log.error("consumer group %s: persisting expired members failed: %s", gid, e)
+            self._log_change(group)
+        self._arm(p, group)
+
+    # -- offsets -------------------------------------------------------------------------
+    def validate_commit(self, group: ConsumerGroup, member_id: str, epoch: int, api_version: int) -> int:
+        """Kafka 4.2's checks of an OffsetCommit for a consumer group."""
+        if epoch < 0 and not group.members:
+            return ErrorCode.NONE  # an admin or standalone commit to an empty group
+        m = group.members.get(member_id)
+        if m is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if api_version < 9:
+            return ErrorCode.UNSUPPORTED_VERSION
+        if epoch != m.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
+    def validate_fetch(self, group: ConsumerGroup, member_id: str | None, epoch: int) -> int:
+        if epoch < 0 and not member_id:
+            return ErrorCode.NONE  # an admin fetch
+        m = group.members.get(member_id or "")
+        if m is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if epoch != m.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
+    # -- admin ---------------------------------------------------------------------------
+    async def describe(self, gid: str) -> ConsumerGroup:
+        p, _, g = self.find(gid)
+        fut = self.runtime.barrier(p)
+        if fut is not None:
+            await fut
+        return g
+
+    def list_groups(self) -> list[ConsumerGroup]:
+        return [g for shard in self.runtime.shards.values() for g in shard.consumer_groups.values()]
+
+    async def delete_group(self, gid: str) -> int:
+        try:
+            p, _, g = self.find(gid)
+        except ErrorAnswer as e:
+            return e.code
+        if g.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        if self.sessions.pop(gid, None) is not None:
+            self.groups.purgatory.check_and_complete(("consumer-session", gid))
+        self._last_seen.pop(gid, None)
+        try:
+            await self.runtime.write(p, lambda s: s.delete_consumer_group(g, self.now()))
+        except ErrorAnswer as e:
+            return e.code
+        log.info("consumer group %s deleted", gid)
+        return ErrorCode.NONE
+
+    def close(self) -> None:
+        self.sessions.clear()
+
+
+def _answer(r: HeartbeatResult, interval: int) -> HeartbeatAnswer:
+    return HeartbeatAnswer(r.error, r.message, r.member_id, r.member_epoch, interval, r.assignment)
