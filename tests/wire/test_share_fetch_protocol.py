@@ -97,11 +97,9 @@ def test_release_reject_and_renew(broker) -> None:
         r = fetch(c, "g-rr", "m", 0, [(tid, 0)])
         assert acquired(r) == [(0, 5, 1)]
         per_offset = [RELEASE, RELEASE, REJECT, REJECT, ACCEPT, ACCEPT]
-        # As in Kafka, the two halves of a ShareFetch run side by side: released records become
-        # available once the release is durable, so the fetch half waits (MaxWaitMs) for them.
-        r = fetch(c, "g-rr", "m", 1, acks={(tid, 0): [batch(0, 5, *per_offset)]}, max_wait=3000)
+        r = fetch(c, "g-rr", "m", 1, acks={(tid, 0): [batch(0, 5, *per_offset)]})
         assert part(r).acknowledge_error_code == 0
-        assert acquired(r) == [(0, 1, 2)]  # released ones come back, counted twice
+        assert acquired(r) == [(0, 1, 2)]  # released ones come straight back, counted twice
         # RENEW keeps them past the 1.5 s lock
         for epoch in (2, 3, 4):
             time.sleep(0.7)
@@ -240,10 +238,9 @@ def test_one_fetch_returns_max_records_across_reads(broker) -> None:
         ((ranges, held, size),) = by_partition(r).values()
         assert ranges[0][0] == 0 and count(ranges) == 10_000 == held, ranges  # the cap, not 1 MiB
         assert size > 10_000 * 1024
-        # acknowledging frees the cap once the acknowledgement is durable (the fetch half waits
-        # for it, as in Kafka): the next answer carries the next 10,000
+        # acknowledging frees the cap: the next answer carries the next 10,000
         acks = {(tid, 0): [batch(f, last, ACCEPT) for f, last, _ in ranges]}
-        r = fetch(c, "g-many", "m", 1, acks=acks, max_records=20_000, max_bytes=100 * MIB, max_wait=5000,
+        r = fetch(c, "g-many", "m", 1, acks=acks, max_records=20_000, max_bytes=100 * MIB,
                   version=2, share_acquire_mode=ShareAcquireMode.RECORD_LIMIT)  # fmt: skip
         ((ranges, held, _),) = by_partition(r).values()
         assert ranges[0][0] == 10_000 and count(ranges) == 10_000 == held

@@ -54,7 +54,7 @@ import asyncio
 import logging
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -323,54 +323,24 @@ class SharePartitionManager:
     # -- acknowledge ---------------------------------------------------------------
     async def acknowledge(self, entry: Entry, member_id: str, batches: Sequence[tuple]) -> tuple[int, str | None]:
         """Apply one partition's acknowledgement batches; (error code, message) once durable."""
-        started = self.begin_acknowledge(entry, member_id, batches)
-        return started if isinstance(started, tuple) else await started
-
-    def begin_acknowledge(
-        self, entry: Entry, member_id: str, batches: Sequence[tuple]
-    ) -> tuple[int, str | None] | Awaitable[tuple[int, str | None]]:
-        """Apply one partition's acknowledgement batches to its state now; the (error code, message)
-        when that is the whole answer, else an awaitable of it that resolves once the change is
-        durable. ShareFetch applies its acknowledgements this way before it acquires, and
-        waits for their durability while it fetches, as Kafka's broker does."""
         sp = entry.sp
         assert sp is not None
         errors, change = sp.acknowledge(member_id, batches, self.now())
         bad = next((e for e in errors if e), 0)
         if bad:
             return int(bad), None
-        if not change.needs_write:
+        if change.needs_write:
+            future = asyncio.get_running_loop().create_future()
+            self._enqueue(entry, change, future, undo=True)
+            error = await future
+            if error:
+                return error, f"Persisting the acknowledgement failed: {ErrorCode(error).name}"
+        else:
             self._wake(entry)
-            self._count_acknowledged(entry, batches, change)
-            return 0, None
-        future = asyncio.get_running_loop().create_future()
-        self._enqueue(entry, change, future, undo=True)
-        return self._acknowledged(entry, batches, change, future)
-
-    async def _acknowledged(
-        self, entry: Entry, batches: Sequence[tuple], change: Any, future: asyncio.Future
-    ) -> tuple[int, str | None]:
-        error = await future
-        if error:
-            return error, f"Persisting the acknowledgement failed: {ErrorCode(error).name}"
-        self._count_acknowledged(entry, batches, change)
-        return 0, None
-
-    def _count_acknowledged(self, entry: Entry, batches: Sequence[tuple], change: Any) -> None:
-        sp = entry.sp
-        assert sp is not None
         count_acknowledged(
             self.broker.stats.share_counts(entry.key[0], entry.topic.name), batches, change, sp.delivery_count_limit
         )
-
-    def loaded(self, gid: str, topic_id: uuid.UUID, index: int) -> Entry | None:
-        """The share partition if it is loaded and current (no await needed), else None: `get` it.
-        ErrorAnswer when the topic or partition does not exist."""
-        _, partition = self._locate(topic_id, index)
-        entry = self.entries.get((gid, topic_id, index))
-        if entry is None or entry.sp is None or entry.partition is not partition:
-            return None
-        return entry
+        return 0, None
 
     # -- the write queue -------------------------------------------------------------
     def _enqueue(self, entry: Entry, change: Any, future: asyncio.Future | None, *, undo: bool) -> None:
