@@ -22,50 +22,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.groups.consumer.group import ConsumerGroup, HeartbeatParams, HeartbeatResult
-from shoal.broker.timing.purgatory import DelayedOperation
+from shoal.broker.groups.heartbeats import INTERNAL_PREFIX, DelayedGroupSession, HeartbeatAnswer
 from shoal.protocol.errors import ErrorCode
 
 log = logging.getLogger("shoal.consumer.groups")
-
-INTERNAL_PREFIX = "__"
-
-
-@dataclass(slots=True)
-class HeartbeatAnswer:
-    error: int
-    message: str | None
-    member_id: str | None
-    member_epoch: int
-    heartbeat_interval_ms: int
-    assignment: dict[uuid.UUID, frozenset[int]] | None = None
-
-
-class DelayedConsumerSession(DelayedOperation):
-    """Expire the members of one consumer group whose session (or revocation) ran out."""
-
-    __slots__ = ("deadline", "gid", "partition", "service")
-
-    def __init__(self, service: ConsumerGroupService, partition: int, gid: str, deadline: int) -> None:
-        super().__init__(max(0, deadline - service.now()))
-        self.service, self.partition, self.gid, self.deadline = service, partition, gid, deadline
-
-    def try_complete(self) -> bool:
-        shard = self.service.runtime.shards.get(self.partition)
-        g = shard.consumer_groups.get(self.gid) if shard is not None else None
-        if g is None or self.service.sessions.get(self.gid) is not self:
-            return self.force_complete()
-        return False
-
-    def on_complete(self) -> None:
-        pass
-
-    def on_expiration(self) -> None:
-        self.service.expire(self)
 
 
 class ConsumerGroupService:
@@ -77,7 +41,7 @@ class ConsumerGroupService:
         self.enabled = "consumer" in cfg.get("group.coordinator.rebalance.protocols")
         self.assignors: tuple[str, ...] = tuple(cfg.get("group.consumer.assignors")) or ("uniform",)
         self.max_size: int = cfg.get("group.consumer.max.size")
-        self.sessions: dict[str, DelayedConsumerSession] = {}
+        self.sessions: dict[str, DelayedGroupSession] = {}
         self._last_seen: dict[str, tuple] = {}
 
     def now(self) -> int:
@@ -200,10 +164,10 @@ class ConsumerGroupService:
             del self.sessions[gid]
             self.groups.purgatory.check_and_complete(("consumer-session", gid))
         if deadline is not None:
-            op = self.sessions[gid] = DelayedConsumerSession(self, p, gid, deadline)
+            op = self.sessions[gid] = DelayedGroupSession(self, "consumer_groups", p, gid, deadline)
             self.groups.purgatory.try_complete_else_watch(op, [("consumer-session", gid)])
 
-    def expire(self, op: DelayedConsumerSession) -> None:
+    def expire(self, op: DelayedGroupSession) -> None:
         gid, p = op.gid, op.partition
         if self.sessions.get(gid) is op:
             del self.sessions[gid]

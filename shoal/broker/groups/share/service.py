@@ -17,7 +17,7 @@ share-offset admin APIs and DeleteGroups into calls on the sans-IO
   share coordinator must not hold up heartbeats); their outcome is recorded
   and, for initializations, bumps the group epoch so the next heartbeat
   assigns the partitions;
-* keeps one DelayedShareSession per group in the coordinator's purgatory
+* keeps one DelayedGroupSession per group in the coordinator's purgatory
   (watched under ("share-session", group)), due at the earliest member
   deadline. Heartbeats only push deadlines later, so a heartbeat never
   touches it: when it expires it removes whoever is due and re-arms at the
@@ -33,50 +33,14 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
+from shoal.broker.groups.heartbeats import INTERNAL_PREFIX, DelayedGroupSession, HeartbeatAnswer
 from shoal.broker.groups.share.group import HeartbeatResult, InitState, ShareGroup
-from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol.errors import ErrorCode
 
 log = logging.getLogger("shoal.share.groups")
-
-INTERNAL_PREFIX = "__"
-
-
-@dataclass(slots=True)
-class HeartbeatAnswer:
-    error: int
-    message: str | None
-    member_id: str | None
-    member_epoch: int
-    heartbeat_interval_ms: int
-    assignment: dict[uuid.UUID, set[int]] | None = None
-
-
-class DelayedShareSession(DelayedOperation):
-    """Expire the members of one share group whose session ran out."""
-
-    __slots__ = ("deadline", "gid", "partition", "service")
-
-    def __init__(self, service: ShareGroupService, partition: int, gid: str, deadline: int) -> None:
-        super().__init__(max(0, deadline - service.now()))
-        self.service, self.partition, self.gid, self.deadline = service, partition, gid, deadline
-
-    def try_complete(self) -> bool:
-        shard = self.service.runtime.shards.get(self.partition)
-        g = shard.share_groups.get(self.gid) if shard is not None else None
-        if g is None or self.service.sessions.get(self.gid) is not self:
-            return self.force_complete()  # the group went away, or a newer operation took over
-        return False
-
-    def on_complete(self) -> None:
-        pass
-
-    def on_expiration(self) -> None:
-        self.service.expire(self)
 
 
 class ShareGroupService:
@@ -87,7 +51,7 @@ class ShareGroupService:
         cfg = broker.config
         self.max_size: int = cfg.get("group.share.max.size")
         self.retry_interval_ms: int = cfg.get("group.share.initialize.retry.interval.ms")
-        self.sessions: dict[str, DelayedShareSession] = {}
+        self.sessions: dict[str, DelayedGroupSession] = {}
         self._tasks: set[asyncio.Task] = set()
         self._last_seen: dict[str, tuple] = {}
         self._counted_epoch: dict[str, int] = {}  # group epoch up to which rebalances were counted
@@ -368,10 +332,10 @@ class ShareGroupService:
             del self.sessions[gid]
             self.groups.purgatory.check_and_complete(("share-session", gid))
         if deadline is not None:
-            op = self.sessions[gid] = DelayedShareSession(self, p, gid, deadline)
+            op = self.sessions[gid] = DelayedGroupSession(self, "share_groups", p, gid, deadline)
             self.groups.purgatory.try_complete_else_watch(op, [("share-session", gid)])
 
-    def expire(self, op: DelayedShareSession) -> None:
+    def expire(self, op: DelayedGroupSession) -> None:
         """A group's session operation ran out: remove the members that are due."""
         gid, p = op.gid, op.partition
         if self.sessions.get(gid) is op:
