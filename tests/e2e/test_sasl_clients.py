@@ -225,7 +225,9 @@ def test_wrong_password_fails_in_librdkafka(broker, mech) -> None:
         {"bootstrap.servers": broker.sasl_bootstrap, "error_cb": errors.append, **rdk(mech, "wrong")}
     )
     p.produce("never", b"x")
-    p.flush(3)
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        p.poll(0.2)
     assert any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors), errors
     c = confluent_kafka.Consumer(
         {"bootstrap.servers": broker.sasl_bootstrap, "group.id": "g-x", "error_cb": errors.append, **rdk(mech, "wrong")}
@@ -292,7 +294,10 @@ def test_wrong_password_fails_in_aiokafka_and_kafka_python(broker, mech, caplog)
     assert "SaslAuthenticationFailed" in caplog.text
     caplog.clear()
     with pytest.raises(kafka.errors.KafkaError):
-        kafka.KafkaProducer(bootstrap_servers=broker.sasl_bootstrap, max_block_ms=3000, **sasl)
+        # bootstrap_timeout_ms: kafka-python retries a failed authentication until it (30 s by default)
+        kafka.KafkaProducer(
+            bootstrap_servers=broker.sasl_bootstrap, max_block_ms=3000, bootstrap_timeout_ms=3000, **sasl
+        )
     assert "SaslAuthenticationFailedError" in caplog.text
 
 
