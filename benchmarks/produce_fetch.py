@@ -354,14 +354,18 @@ def fetch_confluent(bootstrap: str, topic: str, expect_bytes: int, extra: dict |
 # -- our codec as the client: what the broker itself sustains --------------------------
 
 
-def codec_pump_produce(bootstrap: str, topic: str, acks: int, total: int, in_flight: int = 8) -> tuple[float, int]:
-    """Pre-built ~1 MiB batches (63 x 16 KiB records), pipelined; returns (bytes/s, bytes written)."""
+def codec_pump_produce(
+    bootstrap: str, topic: str, acks: int, total: int, in_flight: int = 8, record_size: int = 16 * 1024
+) -> tuple[float, int]:
+    """Pre-built ~1 MiB batches (63 x 16 KiB records, or as many ``record_size`` ones), pipelined;
+    returns (bytes/s, bytes written)."""
     from shoal.protocol.api import api_by_name
     from shoal.protocol.frames import encode_request
     from shoal.protocol.records import build_batch
 
     P = api_by_name("Produce").request_class()
-    batch = build_batch([(None, os.urandom(16 * 1024), [], int(time.time() * 1000)) for _ in range(63)])
+    count = 63 * (16 * 1024) // record_size
+    batch = build_batch([(None, os.urandom(record_size), [], int(time.time() * 1000)) for _ in range(count)])
     body = P(
         acks=acks,
         timeout_ms=30000,
@@ -372,9 +376,10 @@ def codec_pump_produce(bootstrap: str, topic: str, acks: int, total: int, in_fli
     return n * len(batch) / _pump(bootstrap, [frame] * n, in_flight), n * len(batch)
 
 
-def codec_pump_fetch(bootstrap: str, topic: str, total: int, fetch_bytes: int = 32 * MIB) -> float:
-    """Fetch v12 requests of `fetch_bytes`, one at a time (as consumers do), until
-    `total` bytes; the response lands in one reused buffer. Returns bytes/s."""
+def codec_pump_fetch(bootstrap: str, topic: str, total: int, fetch_bytes: int = 32 * MIB, version: int = 12) -> float:
+    """Fetch requests (v12, or v3: magic 1 message sets down-converted by the broker) of
+    `fetch_bytes`, one at a time (as consumers do), until `total` bytes; the response lands
+    in one reused buffer. Returns bytes/s."""
     import socket as so
     import struct
 
@@ -402,15 +407,27 @@ def codec_pump_fetch(bootstrap: str, topic: str, total: int, fetch_bytes: int = 
                 )
             ],
         )
-        s.sendall(b"".join(encode_request(F.key, 12, 1, "pump", body)))
+        s.sendall(b"".join(encode_request(F.key, version, 1, "pump", body)))
         _recv_into(s, view[:4])
         size = struct.unpack_from(">i", buf)[0]
+        if size > len(buf):
+            buf = bytearray(size)
+            view = memoryview(buf)
         _recv_into(s, view[:size])
-        _, resp = decode_response(view[:size], F.key, 12)
+        _, resp = decode_response(view[:size], F.key, version)
         records = resp.responses[0].partitions[0].records
         last = None
-        for header, _ in iter_batches(records, allow_partial=True):
-            last = header.next_offset
+        if version >= 4:
+            for header, _ in iter_batches(records, allow_partial=True):
+                last = header.next_offset
+        else:  # legacy entries: offset, size; a compressed wrapper holds its last inner offset
+            pos = 0
+            while pos + 12 <= len(records):
+                entry_offset, entry_size = struct.unpack_from(">qi", records, pos)
+                if pos + 12 + entry_size > len(records):
+                    break
+                last = entry_offset + 1
+                pos += 12 + entry_size
         if last is None:
             break
         offset = last
@@ -608,6 +625,27 @@ def metrics_overhead(quick: bool, rounds: int, scrape_every: float) -> None:
             alternate(brokers, rounds, measure, scrape_every=scrape_every, cleanup=cleanup)
 
 
+def downconversion(quick: bool) -> None:
+    """Fetch v3 (down-converted) next to v12 of the same stored data, one broker, one run."""
+    volume = 32 * MIB if quick else 128 * MIB
+    with tempfile.TemporaryDirectory(prefix="shoal-bench-") as tmp:
+        b = BrokerProcess(Path(tmp) / "data", ["log.segment.bytes=536870912", "shoal.http.listeners="])
+        b.start()
+        try:
+            bs = b.bootstrap
+            print(f"{'fetch (one partition, 32 MiB requests)':44} {'v12 MB/s':>9} {'v3 MB/s':>9} {'v3/v12':>7}")
+            for record_size in (16 * 1024, 1024):
+                topic = f"bench-down-{record_size}"
+                create_topic(bs, topic)
+                _, written = codec_pump_produce(bs, topic, 1, volume, record_size=record_size)
+                modern = codec_pump_fetch(bs, topic, written)
+                old = codec_pump_fetch(bs, topic, written, version=3)
+                label = f"{record_size // 1024} KiB records, uncompressed"
+                print(f"{label:44} {modern / MIB:9.1f} {old / MIB:9.1f} {old / modern:7.0%}")
+        finally:
+            b.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller volumes (for a smoke run)")
@@ -632,7 +670,16 @@ def main() -> None:
         "PLAINTEXT, one broker with both listeners (benchmarks/security_tls.py), then SASL authentications/s "
         "(PLAIN, SCRAM-SHA-256/512) next to plaintext connections/s (benchmarks/security_scram.py)",
     )
+    ap.add_argument(
+        "--downconversion",
+        action="store_true",
+        help="only fetch MB/s of Fetch v3 (old clients: stored batches down-converted to magic 1 message sets) "
+        "next to Fetch v12 of the same data (16 KiB and 1 KiB records, uncompressed)",
+    )
     args = ap.parse_args()
+    if args.downconversion:
+        downconversion(args.quick)
+        return
     if args.security:
         import security_scram
         from security_tls import report

@@ -84,7 +84,10 @@ class Broker:
         self.clock = clock or SystemClock()
         self.node_id: int = config.get("node.id")
         self.data_dir = Path(config.data_dir).resolve()
-        self.handlers = handler_table("consumer" in config.get("group.coordinator.rebalance.protocols"))
+        self.handlers = handler_table(
+            "consumer" in config.get("group.coordinator.rebalance.protocols"),
+            legacy=config.get("shoal.legacy.api.versions.enable"),
+        )
         self.cluster_id = ""
         self.topics: TopicManager | None = None
         self.timer: AsyncTimer | None = None

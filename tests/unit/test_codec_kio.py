@@ -3,7 +3,8 @@
 For every (message, version) in shoal/schemas/: a random message encoded by us must
 be byte-identical to kio's encoding of the same values, kio must decode our
 bytes to those values, and we must decode kio's bytes back to our object.
-The version ranges must be exactly kio's.
+The version ranges must be exactly kio's, apart from the versions Kafka 4 removed that
+Shoal serves again (below ``KAFKA4_MIN_VERSIONS``), which kio 0.6.5 does not have.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from shoal.protocol import construct_codec
 from shoal.protocol import spec as S
 from shoal.protocol.api import codec
+from shoal.protocol.kafka4_versions import KAFKA4_MIN_VERSIONS
 from tests.support import kio_bridge as kb
 from tests.support.strategies import message
 
@@ -24,12 +26,22 @@ pytestmark = pytest.mark.slow
 
 _KINDS = ("request", "response", "header")
 NAMES = sorted(n for n, m in S.all_specs().items() if m.type in _KINDS)
-CASES = [(n, v) for n in NAMES for v in S.load(n).versions]
+
+
+def _kafka4_versions(name: str) -> list[int]:
+    """Our versions less those Kafka 4 removed (KIP-896) and Shoal serves again: kio 0.6.5 is
+    generated from Kafka 4's specs and lacks them (tests/wire/test_legacy_wire_golden.py has those)."""
+    spec = S.load(name)
+    floor = KAFKA4_MIN_VERSIONS.get(spec.api_key, 0) if spec.api_key is not None else 0
+    return [v for v in spec.versions if v >= floor]
+
+
+CASES = [(n, v) for n in NAMES for v in _kafka4_versions(n)]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_versions_are_kios(name: str) -> None:
-    assert list(S.load(name).versions) == kb.kio_versions(name)
+    assert _kafka4_versions(name) == kb.kio_versions(name)
 
 
 def _override(time_fields: set[tuple[str, str]]):

@@ -110,6 +110,7 @@ KAFKA_BROKER_DEFAULTS = {
     "fetch.max.bytes": 57671680,
     "metrics.sample.window.ms": 30000,
     "metrics.num.samples": 2,
+    "log.message.downconversion.enable": True,  # Kafka 3.x (removed in 4.0 with down-conversion)
 }
 
 
@@ -143,6 +144,7 @@ def test_divergences_from_kafka_are_exactly_the_intended_ones() -> None:
         "log.level",
         "log.format",
         "shoal.http.listeners",
+        "shoal.legacy.api.versions.enable",
         "max.partitions",
         "max.partitions.per.request",
         "group.share.enable",

@@ -421,6 +421,23 @@ BROKER_CONFIGS: Final = ConfigDef.of(
         dynamic=True,
     ),
     _key(
+        "shoal.legacy.api.versions.enable",
+        BOOL,
+        True,
+        "Serve the request versions Kafka 4 removed (KIP-896: Produce v0-2, Fetch v0-3, ...) as Kafka 3.9 "
+        "did; false restores Kafka 4.2's exact version table.",
+        importance=MED,
+        kafka_default=SHOAL_ONLY,
+    ),
+    _key(
+        "log.message.downconversion.enable",
+        BOOL,
+        True,
+        "Answer Fetch v0-v3 with message sets down-converted to magic 0/1 (false: UNSUPPORTED_VERSION).",
+        importance=LOW,
+        dynamic=True,
+    ),
+    _key(
         "log.message.timestamp.type",
         STR,
         "CreateTime",

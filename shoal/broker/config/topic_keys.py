@@ -7,6 +7,7 @@ from typing import Any, Final
 from shoal.broker.config.keys import (
     AT_LEAST_0,
     AT_LEAST_1,
+    BOOL,
     CLEANUP,
     COMPRESSION,
     INT,
@@ -108,6 +109,13 @@ TOPIC_CONFIGS: Final = ConfigDef.of(
         "log.message.timestamp.after.max.ms",
         "Reject CreateTime records this far in the future.",
         validator=AT_LEAST_0,
+    ),
+    _topic(
+        "message.downconversion.enable",
+        BOOL,
+        True,
+        "log.message.downconversion.enable",
+        "Down-convert stored batches for Fetch v0-v3 (else those fetches get UNSUPPORTED_VERSION).",
     ),
     _topic(
         "message.timestamp.before.max.ms",

@@ -11,12 +11,13 @@ Each API family lives in its own module and registers itself in
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from shoal.broker.handlers.contract import Broker
 from shoal.broker.net.contract import RequestContext
 from shoal.protocol.api import api_by_name
+from shoal.protocol.kafka4_versions import KAFKA4_ADVERTISED_MIN, KAFKA4_MIN_VERSIONS
 
 # (broker, context, request) -> response, an awaitable of one, or NO_RESPONSE. The request is
 # the message class of the handler's API (messages.ProduceRequest for Produce), hence Any here.
@@ -30,6 +31,7 @@ class Handler:
     min_version: int
     max_version: int
     fn: HandlerFn
+    advertised_min: int | None = None  # ApiVersions lists this floor instead (Kafka 4's Produce, KAFKA-18659)
 
 
 class HandlerTable:
@@ -47,6 +49,13 @@ class HandlerTable:
             raise ValueError(f"{name} registered twice")
         self._by_key[a.key] = Handler(a.key, name, lo, hi, fn)
 
+    def kafka4_floor(self) -> None:
+        """Serve nothing below Kafka 4.2's version floor (KIP-896): shoal.legacy.api.versions.enable=false."""
+        for key, h in self._by_key.items():
+            lo = max(h.min_version, KAFKA4_MIN_VERSIONS[key])
+            shown = KAFKA4_ADVERTISED_MIN.get(key)
+            self._by_key[key] = replace(h, min_version=lo, advertised_min=None if shown is None else min(shown, lo))
+
     def get(self, api_key: int) -> Handler | None:
         return self._by_key.get(api_key)
 
@@ -57,8 +66,9 @@ class HandlerTable:
         return len(self._by_key)
 
 
-def handler_table(consumer_groups: bool = True) -> HandlerTable:
-    """Every API this broker serves (`consumer_groups`: the KIP-848 APIs too)."""
+def handler_table(consumer_groups: bool = True, legacy: bool = True) -> HandlerTable:
+    """Every API this broker serves (`consumer_groups`: the KIP-848 APIs too; `legacy`: the
+    versions Kafka 4 removed, else Kafka 4.2's floor)."""
     from shoal.broker.handlers import (
         acls,
         admin,
@@ -92,4 +102,6 @@ def handler_table(consumer_groups: bool = True) -> HandlerTable:
     sasl.register(t)
     if consumer_groups:
         consumer_group_apis.register(t)
+    if not legacy:
+        t.kafka4_floor()
     return t

@@ -17,7 +17,11 @@ def body(broker: Broker, error_code: int = 0) -> Any:
     return cls(
         error_code=error_code,
         api_keys=[
-            cls.ApiVersion(api_key=h.api_key, min_version=h.min_version, max_version=h.max_version)
+            cls.ApiVersion(
+                api_key=h.api_key,
+                min_version=h.min_version if h.advertised_min is None else h.advertised_min,
+                max_version=h.max_version,
+            )
             for h in broker.handlers
         ],
         throttle_time_ms=0,

@@ -13,6 +13,8 @@ soon as the directory goes offline (``Broker._answer_waiting``).
 
 Record bytes come from the log with one pread and go into the response
 untouched; the encoder hands them to the transport without another copy.
+Fetch v0-v3 (old clients) get them down-converted to magic 0/1 message sets
+instead (``legacy_wire``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
 from shoal.broker.handlers.authz import READ, TopicChecks
 from shoal.broker.handlers.contract import Broker
+from shoal.broker.handlers.legacy_wire import FIRST_V2_FETCH, down_converted, refuse_old_fetch
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.fetch_session import PartitionKey, PartitionRequest, PartitionResult
 from shoal.broker.partition.partition import LEADER_EPOCH, fetch_key
@@ -122,11 +125,16 @@ class FetchOperation:
             return _Read(code)
         if preq.current_leader_epoch > LEADER_EPOCH:
             return _Read(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if self.version < FIRST_V2_FETCH and (refused := refuse_old_fetch(partition, self.version)):
+            return _Read(refused)
         limit = min(preq.max_bytes, remaining)
         try:
             got = partition.read(preq.fetch_offset, limit, read_committed=self.read_committed, min_one=min_one)
+            records = got.records
+            if self.version < FIRST_V2_FETCH:  # an old client: magic 0/1 message sets
+                records = down_converted(records, self.version, preq.fetch_offset)
         except ErrorAnswer as e:
-            if e.code == ErrorCode.KAFKA_STORAGE_ERROR:
+            if e.code in (ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE):
                 return _Read(e.code)
             return _Read(
                 e.code,
@@ -139,7 +147,7 @@ class FetchOperation:
             got.high_watermark,
             got.last_stable_offset,
             got.log_start_offset,
-            got.records,
+            records,
             got.aborted if self.read_committed else None,
         )
 

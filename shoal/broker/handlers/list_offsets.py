@@ -12,6 +12,7 @@ from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
 from shoal.broker.handlers.authz import DESCRIBE, TopicChecks
 from shoal.broker.handlers.contract import Broker
+from shoal.broker.handlers.legacy_wire import old_style_offsets
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.partition import LEADER_EPOCH
 from shoal.protocol import messages
@@ -48,6 +49,11 @@ def handle_list_offsets(broker: Broker, ctx: RequestContext, req: messages.ListO
                 pr.error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
                 continue
             try:
+                if ctx.api_version == 0:  # the old form: a list of segment start offsets
+                    pr.old_style_offsets = old_style_offsets(
+                        partition, p.timestamp, p.max_num_offsets, broker.clock.now_ms()
+                    )
+                    continue
                 _lookup(partition, p.timestamp, read_committed, pr)
             except ErrorAnswer as e:  # a storage error met by the lookup
                 pr.error_code, pr.offset, pr.timestamp, pr.leader_epoch = e.code, -1, -1, -1

@@ -30,6 +30,7 @@ from shoal.broker.errors import ErrorAnswer
 from shoal.broker.handlers import HandlerTable
 from shoal.broker.handlers.authz import IDEMPOTENT_WRITE, TOPIC, WRITE, TopicChecks, allowed_on_cluster
 from shoal.broker.handlers.contract import Broker
+from shoal.broker.handlers.legacy_wire import FIRST_V2_PRODUCE, upconvert
 from shoal.broker.net.contract import NO_RESPONSE, RequestContext
 from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode
@@ -96,7 +97,8 @@ def handle_produce(broker: Broker, ctx: RequestContext, req: messages.ProduceReq
                 any_error = True
                 continue
             try:
-                result = partition.append(pd.records, now)
+                records = pd.records if version >= FIRST_V2_PRODUCE else upconvert(partition, pd.records)
+                result = partition.append(records, now)
             except ErrorAnswer as e:  # the partition refused the batch (validation, storage)
                 pr.error_code, pr.error_message, pr.base_offset = e.code, e.message, -1
                 any_error = True
