@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from shoal.protocol import spec as S
 from shoal.protocol.exceptions import ProtocolError
+from shoal.protocol.limits import MAX_ARRAY_ELEMENTS, MAX_TAGGED_FIELDS
 from shoal.protocol.messages import classes_for
 
 _FIXED = {
@@ -65,6 +66,8 @@ def _skip_tags(buf: Any, pos: int, end: int) -> int:
     pos += 1
     if count & 0x80:
         count, pos = _rest_uvarint(buf, pos, count)
+    if count > MAX_TAGGED_FIELDS or 2 * count > end - pos:  # a tag and a size: 2 bytes at least
+        raise ProtocolError(f"tagged-field section of {count} fields", offset=pos)
     for _ in range(count):
         b = buf[pos]
         pos += 1
@@ -233,6 +236,8 @@ class Compiler:
                 values[f.attr] = src.var()
                 src(f"{values[f.attr]} = {self._default_expr(src, f)}")
             ntag = self._read_uv(src)
+            src(f"if {ntag} > {MAX_TAGGED_FIELDS} or 2 * {ntag} > {end_var} - pos:")
+            src(f"    raise _fail('too many tagged fields', {st.name + '.<tags>'!r}, pos)")
             src(f"for _ in range({ntag}):")
             src.ind += 1
             tag_var = self._read_uv(src)
@@ -325,6 +330,8 @@ class Compiler:
             self._null_check(src, n, f, version, out, path)
             src("else:")
             src.ind += 1
+            src(f"if {n} > {MAX_ARRAY_ELEMENTS}:")
+            src(f"    raise _fail('array of more than {MAX_ARRAY_ELEMENTS} elements', {path!r}, pos)")
             if f.struct is None and elem in _FIXED and elem != "uuid":
                 code, size = _FIXED[elem]
                 src(f"if {n} * {size} > {end_var} - pos:")

@@ -27,6 +27,7 @@ from typing import Any
 import construct as C
 
 from shoal.protocol import spec as S
+from shoal.protocol.limits import MAX_ARRAY_ELEMENTS, MAX_TAGGED_FIELDS
 
 
 def _remaining(stream: Any) -> int:
@@ -104,6 +105,8 @@ class KArray(C.Construct):
             if n == -1 and self.nullable:
                 return None
             raise C.ConstructError(f"invalid array count {n}", path=path)
+        if n > MAX_ARRAY_ELEMENTS:
+            raise C.ConstructError(f"array count {n} is above {MAX_ARRAY_ELEMENTS}", path=path)
         if n > _remaining(stream):
             raise C.ConstructError(f"array count {n} exceeds the bytes left", path=path)
         return C.ListContainer(self.subcon._parsereport(stream, context, f"{path} -> [{i}]") for i in range(n))
@@ -163,6 +166,8 @@ class KTagged(C.Construct):
     def _parse(self, stream: Any, context: Any, path: str) -> Any:
         out = C.Container()
         count = C.VarInt._parsereport(stream, context, path)
+        if count > MAX_TAGGED_FIELDS or 2 * count > _remaining(stream):
+            raise C.ConstructError(f"tagged-field section of {count} fields", path=path)
         for _ in range(count):
             tag = C.VarInt._parsereport(stream, context, path)
             size = C.VarInt._parsereport(stream, context, path)

@@ -57,7 +57,18 @@ def ready_topic(broker, topic: str, group: str, n: int, partitions: int = 1, **c
 
 
 def fetch(
-    c, group, member, epoch, parts=(), acks=None, max_records=500, max_wait=0, version=1, max_bytes=1 << 20, **kw
+    c,
+    group,
+    member,
+    epoch,
+    parts=(),
+    acks=None,
+    max_records=500,
+    max_wait=0,
+    version=1,
+    max_bytes=1 << 20,
+    min_bytes=1,
+    **kw,
 ):
     topics = {}
     for tid, p in parts:
@@ -74,7 +85,7 @@ def fetch(
         member_id=member,
         share_session_epoch=epoch,
         max_wait_ms=max_wait,
-        min_bytes=1,
+        min_bytes=min_bytes,
         max_bytes=max_bytes,
         max_records=max_records,
         batch_size=max_records,

@@ -82,7 +82,7 @@ GROUP_CONFIGS: Final = ConfigDef.of(
         INT,
         5,
         "Deliveries before a record is archived, for this group.",
-        validator=AT_LEAST_1,
+        validator=Range(2),  # Kafka's GroupConfig: atLeast(2)
         synonym=_GS + "delivery.count.limit",
         min_key=_GS + "min.delivery.count.limit",
         max_key=_GS + "max.delivery.count.limit",
@@ -92,7 +92,7 @@ GROUP_CONFIGS: Final = ConfigDef.of(
         INT,
         2000,
         "In-flight record limit per share partition.",
-        validator=AT_LEAST_1,
+        validator=Range(100),  # Kafka's GroupConfig: atLeast(100)
         synonym=_GS + "partition.max.record.locks",
         min_key=_GS + "min.partition.max.record.locks",
         max_key=_GS + "max.partition.max.record.locks",
@@ -112,6 +112,7 @@ GROUP_CONFIGS: Final = ConfigDef.of(
         "read_committed hides aborted transactional records from the group.",
         validator=OneOf(("read_committed", "read_uncommitted")),
     ),
+    # Kafka's GroupConfig default is true (KIP-1222/KIP-1240); false answers RENEW with INVALID_RECORD_STATE.
     _group("share.renew.acknowledge.enable", BOOL, True, "Whether members may RENEW acquisition locks."),
     _group(
         "errors.deadletterqueue.topic.name",

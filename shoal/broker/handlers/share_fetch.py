@@ -34,6 +34,7 @@ from shoal.broker.handlers.contract import Broker
 from shoal.broker.handlers.limits import id_error
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.partition import fetch_key
+from shoal.broker.share.ack_batches import ack_batches_problem
 from shoal.broker.share.partition_manager import Entry
 from shoal.broker.share.session import ContextKind, SessionError
 from shoal.broker.timing.purgatory import DelayedOperation
@@ -62,10 +63,12 @@ async def _apply_acks(
     out: dict[PKey, tuple[int, str | None]] = {}
     pending = []
     for (tid, index), batches in acks.items():
+        # the batches' shape first, as Kafka's handler does: INVALID_REQUEST for the partition
+        problem = ack_batches_problem(batches, renew_ack=renew_ok)
+        if problem is not None:
+            out[(tid, index)] = (ErrorCode.INVALID_REQUEST, problem)
+            continue
         if any(RENEW in types for _, _, types in batches):
-            if not renew_ok:
-                out[(tid, index)] = (ErrorCode.INVALID_REQUEST, "RENEW acknowledgements need IsRenewAck.")
-                continue
             if not renew_enabled:
                 out[(tid, index)] = (ErrorCode.INVALID_RECORD_STATE, "share.renew.acknowledge.enable is false.")
                 continue
@@ -232,7 +235,14 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
     if bad is not None:
         return top(*bad)
     lock_ms = mgr.setting(gid, "share.record.lock.duration.ms")
-    if req.max_records < 0 or (version >= 1 and req.max_records == 0 and req.share_session_epoch != -1):
+    renew = version >= 2 and req.is_renew_ack
+    if renew:
+        # KIP-1222: a renew-only ShareFetch fetches nothing, so it must not ask for anything
+        if req.max_wait_ms or req.min_bytes or req.max_bytes or req.max_records:
+            return top(
+                ErrorCode.INVALID_REQUEST, "MaxWaitMs, MinBytes, MaxBytes and MaxRecords must be 0 with IsRenewAck."
+            )
+    elif req.max_records < 0 or (version >= 1 and req.max_records == 0 and req.share_session_epoch != -1):
         return top(ErrorCode.INVALID_REQUEST, "MaxRecords must be positive.")
     named: list[PKey] = []
     for t in req.topics:
@@ -255,7 +265,6 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
             await asyncio.sleep(req.max_wait_ms / 1000)  # as Kafka: do not let the client spin
         return top(session.error_code, session.message)
 
-    renew = version >= 2 and req.is_renew_ack
     # READ on each topic (KIP-932): a partition of a topic the caller may not read is neither
     # acknowledged nor fetched, and answers TOPIC_AUTHORIZATION_FAILED
     denied = _unreadable(broker, ctx, list(named) + list(acks) + list(session.fetch_partitions))

@@ -212,3 +212,8 @@ class BrokerCollector(Collector):
             hwm = entry.partition.high_watermark
             lag.add_sample(lag.name, labels, max(0, hwm - sp.start_offset - sp.delivery_complete_count()))
         yield from (acks, acquired, timeouts, archived, dead, in_flight, lag)
+        if manager is not None:
+            sessions, partitions = _family("share_sessions"), _family("share_session_partitions")
+            sessions.add_sample(sessions.name, {}, len(manager.sessions))
+            partitions.add_sample(partitions.name, {}, manager.sessions.total_partitions)
+            yield from (sessions, partitions)

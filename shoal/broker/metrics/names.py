@@ -40,11 +40,16 @@ kafka.server:type=ShareGroupMetrics,name=RecordAcknowledgementsPerSec      kafka
 Shoal: records acquired by share consumers (each delivery)                 kafka_server_sharegroupmetrics_recordacquisitions_total{group,topic}
 kafka.server:type=SharePartitionMetrics,name=AcquisitionLockTimeoutPerSec  kafka_server_sharepartitionmetrics_acquisitionlocktimeout_total{group,topic}
 kafka.server:type=SharePartitionMetrics,name=InFlightMessageCount          kafka_server_sharepartitionmetrics_inflightmessagecount{group,topic,partition}
+kafka.server:type=ShareSessionCache,name=ShareSessionsCount                kafka_server_sharesessioncache_sharesessionscount
+kafka.server:type=ShareSessionCache,name=SharePartitionsCount              kafka_server_sharesessioncache_sharepartitionscount
 Shoal: records archived at the delivery-count limit                        kafka_server_sharepartitionmetrics_archiveddeliverylimit_total{group,topic}
 Shoal: records copied to the share group's dead-letter topic (KIP-1191)    kafka_server_sharepartitionmetrics_deadletteredrecords_total{group,topic}
 Shoal: share-partition lag (DescribeShareGroupOffsets' lag)                kafka_sharegroup_lag{group,topic,partition}
 Shoal: ready (1) or not (0), as /health/ready answers                      shoal_broker_ready
 =========================================================================  =====================================================================
+
+The share-session cache has no eviction meter (Kafka's ``ShareSessionEvictionsPerSec``):
+Shoal never evicts a session for a new one, it answers SHARE_SESSION_LIMIT_REACHED.
 
 Labels in ``[brackets]`` are present on the per-topic series and absent on the
 broker-wide total, as the JMX exporter writes the two MBeans. Acknowledge types
@@ -182,6 +187,16 @@ METRICS: Final = {
         "kafka_server_sharepartitionmetrics_deadletteredrecords",
         "counter",
         "Share records copied to the group's dead-letter topic.",
+    ),
+    "share_sessions": _m(
+        "kafka_server_sharesessioncache_sharesessionscount",
+        "gauge",
+        "Share sessions in the broker's cache (at most group.share.max.share.sessions).",
+    ),
+    "share_session_partitions": _m(
+        "kafka_server_sharesessioncache_sharepartitionscount",
+        "gauge",
+        "Share partitions named by the cached share sessions, summed over the sessions.",
     ),
     "share_lag": _m("kafka_sharegroup_lag", "gauge", "Records of a share partition not yet delivered to completion."),
     "ready": _m("shoal_broker_ready", "gauge", "1 when /health/ready answers 200."),

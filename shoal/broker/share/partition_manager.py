@@ -114,6 +114,9 @@ class SharePartitionManager:
         self.broker = broker
         self.entries: dict[PartitionKey, Entry] = {}
         self.sessions = ShareSessionCache(broker.config.get("group.share.max.share.sessions"))
+        configs = getattr(broker, "group_configs", None)
+        if configs is not None:
+            configs.add_listener(self.group_configs_changed)
 
     def now(self) -> int:
         return self.broker.clock.monotonic_ms()
@@ -123,6 +126,19 @@ class SharePartitionManager:
         if store is not None:
             return store.get(gid, name)
         return self.broker.config.group_defaults()[name]
+
+    def group_configs_changed(self, gid: str) -> None:
+        """KIP-1240: a group's delivery count limit, record-lock cap and lock duration apply at once
+        to its share partitions already loaded, not only to those loaded later (records in flight
+        keep their lock deadlines; the next acquisition, release or expiry uses the new values)."""
+        for key, entry in list(self.entries.items()):
+            sp = entry.sp
+            if key[0] != gid or sp is None:
+                continue
+            sp.delivery_count_limit = self.setting(gid, "share.delivery.count.limit")
+            sp.max_in_flight_records = self.setting(gid, "share.partition.max.record.locks")
+            sp.lock_duration_ms = self.setting(gid, "share.record.lock.duration.ms")
+            self._wake(entry)  # a higher cap may let a waiting fetch acquire
 
     # -- loading -------------------------------------------------------------------
     def _locate(self, topic_id: uuid.UUID, index: int) -> tuple[Any, Any]:
