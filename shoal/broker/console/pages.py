@@ -78,8 +78,9 @@ _PATTERNS = """<svg class="defs" aria-hidden="true" focusable="false" width="0" 
 </defs></svg>"""
 
 
-def sparkline(values: Sequence[float], label: str, unit: str = "/s") -> str:
-    """A small inline SVG line of recent rates, with the latest value in text beside it."""
+def sparkline(values: Sequence[float], label: str, unit: str = "/s", series: str = "") -> str:
+    """A small inline SVG line of recent rates, with the latest value in text beside it.
+    ``series`` names it for the overview's live redraw (console.js)."""
     w, h = 120, 24
     latest = f"{values[-1]:,.1f}{unit}" if values else "-"
     if len(values) < 2:
@@ -91,7 +92,8 @@ def sparkline(values: Sequence[float], label: str, unit: str = "/s") -> str:
         line = f'<polyline points="{pts}" fill="none" stroke="currentColor" stroke-width="1.5"/>'
     aria = esc(f"{label}: latest {latest} over the last {len(values)} s")
     return (
-        f'<span class="spark"><svg role="img" aria-label="{aria}" viewBox="0 0 {w} {h}" width="{w}" height="{h}">'
+        f'<span class="spark" data-series="{esc(series)}" data-unit="{esc(unit)}" data-label="{esc(label)}">'
+        f'<svg role="img" aria-label="{aria}" viewBox="0 0 {w} {h}" width="{w}" height="{h}">'
         f"{line}</svg> <span class='spark-value'>{esc(latest)}</span></span>"
     )
 
@@ -129,9 +131,9 @@ def overview_page(v: dict[str, Any]) -> str:
         trows.append(
             f'<tr data-topic="{esc(t["name"])}"><th scope="row"><a href="{_href("topics", t["name"])}">'
             f"{esc(t['name'])}</a>{internal}</th><td class='n'>{t['partitions']}</td>"
-            f"<td class='n'>{_bytes(t['size_bytes'])}</td><td class='n'>{_num(t['records'])}</td>"
-            f"<td>{sparkline(t['in_rate'], 'records in per second', ' rec/s')}</td>"
-            f"<td>{sparkline([x / 1024 for x in t['out_bytes_rate']], 'fetched KiB per second', ' KiB/s')}</td></tr>"
+            f"<td class='n' data-col='size'>{_bytes(t['size_bytes'])}</td><td class='n' data-col='records'>{_num(t['records'])}</td>"
+            f"<td>{sparkline(t['in_rate'], 'records in per second', ' rec/s', 'in:' + t['name'])}</td>"
+            f"<td>{sparkline([x / 1024 for x in t['out_bytes_rate']], 'fetched KiB per second', ' KiB/s', 'out:' + t['name'])}</td></tr>"
         )
     grows = []
     for g in v["groups"]:
@@ -139,13 +141,14 @@ def overview_page(v: dict[str, Any]) -> str:
         if g["type"] == "share":
             name = f'<a href="{_href("share-groups", g["group_id"])}">{name}</a>'
         spark = (
-            sparkline(g.get("acquired_rate", []), "records acquired per second", " rec/s")
+            sparkline(g.get("acquired_rate", []), "records acquired per second", " rec/s", "acq:" + g["group_id"])
             if g["type"] == "share"
             else ""
         )
         grows.append(
             f'<tr data-group="{esc(g["group_id"])}"><th scope="row">{name}</th><td>{esc(g["type"])}</td>'
-            f"<td>{esc(g['state'])}</td><td class='n'>{g['members']}</td><td class='n'>{_num(g['lag'])}</td>"
+            f"<td data-col='state'>{esc(g['state'])}</td><td class='n' data-col='members'>{g['members']}</td>"
+            f"<td class='n' data-col='lag'>{_num(g['lag'])}</td>"
             f"<td>{spark}</td></tr>"
         )
     body = (
@@ -154,9 +157,10 @@ def overview_page(v: dict[str, Any]) -> str:
         + _table(("Topic", "Partitions", "Size", "Records", "Produced", "Fetched"), trows, cls="topics")
         + "<h2>Groups</h2>"
         + _table(("Group", "Type", "State", "Members", "Lag", "Acquired"), grows, cls="groups")
-        + "<p class='note'>Rates are sampled while this page is open (at most once a second).</p>"
+        + "<p class='note'>Rates are sampled while this page is open (at most once a second). "
+        + "<span id='live-status'></span></p>"
     )
-    return _page("Overview", body)
+    return _page("Overview", body, poll="/console/api/overview")
 
 
 def topic_page(t: dict[str, Any], r: dict[str, Any] | None) -> str:

@@ -309,11 +309,23 @@ def overview_view(broker: Any, history: RateHistory | None = None) -> dict[str, 
         "node_id": broker.node_id,
         "cluster_id": broker.cluster_id,
         "ready": bool(getattr(broker, "started", False)),
-        "listeners": [f"{e.name} {e.url}" for e in config.endpoints],
-        "http_listeners": list(config.get("shoal.http.listeners") or ()),
+        "listeners": _bound(broker),
+        "http_listeners": [f"http://{h}:{p}" for h, p in getattr(broker.ops, "bound", ())]
+        or list(config.get("shoal.http.listeners") or ()),
         "topics": topics,
         "groups": groups,
     }
+
+
+def _bound(broker: Any) -> list[str]:
+    """Each listener with the addresses it is bound to (the configured URL before binding)."""
+    server = getattr(broker, "server", None)
+    bound = getattr(server, "bound_by_listener", None) or {}
+    out = []
+    for e in broker.config.endpoints:
+        addrs = bound.get(e.name)
+        out.append(f"{e.name} " + (", ".join(f"{h}:{p}" for h, p in addrs) if addrs else e.url))
+    return out
 
 
 def _group_row(broker: Any, shard: Any, gid: str, kind: str, state: str, members: int) -> dict[str, Any]:
@@ -390,7 +402,7 @@ def records_view(
         index = 0
     p = t.partitions[index]
     n = min(max(_int(count, 50), 1), MAX_BROWSE)
-    if str(count) != str(n) and count is not None:
+    if _int(count, n) != n:
         notes.append(f"count limited to {n}")
     lo, hi = p.log_start_offset, p.high_watermark
     want = _int(offset, hi - n) if offset not in (None, "") else hi - n
@@ -423,7 +435,7 @@ def records_view(
     }
 
 
-def dead_letters_view(broker: Any, gid: str, *, per_partition: int = 100) -> dict[str, Any] | None:
+def dead_letters_view(broker: Any, gid: str, *, per_partition: int = MAX_BROWSE) -> dict[str, Any] | None:
     """The group's dead-letter records (newest ``per_partition`` of each partition) with their
     context headers. None when the group is unknown."""
     store = getattr(broker, "group_configs", None)

@@ -74,6 +74,53 @@
     document.body.dataset.updates = String(Number(document.body.dataset.updates || "0") + 1);
     if (status) status.textContent = "updated " + new Date().toLocaleTimeString() + (missing ? " (new partitions: reload the page)" : "");
   }
+  function fmt1(v) {
+    return v.toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+  }
+  function drawSpark(span, values) {
+    const svg = span.querySelector("svg");
+    const w = 120, h = 24;
+    while (svg.firstChild) svg.removeChild(svg.firstChild);
+    if (values.length >= 2) {
+      const top = Math.max(...values) || 1;
+      const step = w / (values.length - 1);
+      const line = document.createElementNS(SVG, "polyline");
+      line.setAttribute("points", values.map((v, i) => (i * step).toFixed(1) + "," + (h - 2 - (v / top) * (h - 4)).toFixed(1)).join(" "));
+      line.setAttribute("fill", "none");
+      line.setAttribute("stroke", "currentColor");
+      line.setAttribute("stroke-width", "1.5");
+      svg.appendChild(line);
+    }
+    const latest = values.length ? fmt1(values[values.length - 1]) + span.dataset.unit : "-";
+    span.querySelector(".spark-value").textContent = latest;
+    svg.setAttribute("aria-label", span.dataset.label + ": latest " + latest + " over the last " + values.length + " s");
+  }
+  function cell(row, col, value) {
+    const td = row && row.querySelector('[data-col="' + col + '"]');
+    if (td) td.textContent = value === null ? "-" : typeof value === "number" ? value.toLocaleString("en-US") : value;
+  }
+  function applyOverview(o) {
+    const series = {};
+    for (const t of o.topics) {
+      series["in:" + t.name] = t.in_rate;
+      series["out:" + t.name] = t.out_bytes_rate.map((x) => x / 1024);
+      const row = Array.from(document.querySelectorAll("tr[data-topic]")).find((r) => r.dataset.topic === t.name);
+      cell(row, "records", t.records);
+    }
+    for (const g of o.groups) {
+      if (g.acquired_rate) series["acq:" + g.group_id] = g.acquired_rate;
+      const row = Array.from(document.querySelectorAll("tr[data-group]")).find((r) => r.dataset.group === g.group_id);
+      cell(row, "state", g.state);
+      cell(row, "members", g.members);
+      cell(row, "lag", g.lag);
+    }
+    for (const span of document.querySelectorAll("span.spark[data-series]")) {
+      const v = series[span.dataset.series];
+      if (v) drawSpark(span, v);
+    }
+    document.body.dataset.updates = String(Number(document.body.dataset.updates || "0") + 1);
+    if (status) status.textContent = "Updated " + new Date().toLocaleTimeString() + ".";
+  }
   async function tick() {
     timer = null;
     if (busy) return;
@@ -81,7 +128,11 @@
     const started = Date.now();
     try {
       const resp = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
-      if (resp.ok) apply(await resp.json());
+      if (resp.ok) {
+        const data = await resp.json();
+        if (data.topics) applyOverview(data);
+        else apply(data);
+      }
       else if (status) status.textContent = "update failed: HTTP " + resp.status;
     } catch (e) {
       if (status) status.textContent = "update failed";
