@@ -88,10 +88,10 @@ def test_strip_is_bounded_but_counts_stay_complete() -> None:
     sp.acquire("m1", batches(400), 400, now_ms=0)
     ack(sp, "m1", (0, 399, [ACCEPT if o % 2 else RELEASE for o in range(400)]))
     v = view(sp, 0, max_runs=50)
-    assert len(v["runs"]) == 50 and v["runs_left_off"] == 350
+    assert len(v["runs"]) == 50 and v["undrawn_from"] == 50
     assert v["counts"]["AVAILABLE"] == 200 and v["counts"]["ACKNOWLEDGED"] == 200  # offset 0 released: start stays
     svg = pages.strip({**v, "topic": "t"})
-    assert svg.count("<rect") == 50 and "350 more runs not drawn" in svg
+    assert svg.count("<rect") == 50 and "Offsets 50 to 399 not drawn" in svg
 
 
 def test_strip_geometry_spans_the_window() -> None:

@@ -261,7 +261,13 @@ def strip(p: dict[str, Any]) -> str:
                 f'data-deliveries="{run["deliveries"]}" data-member="{esc(run.get("member") or "")}">'
                 f"<title>{esc(run_title(run))}</title></rect>"
             )
-    more = f"<p class='note'>{p['runs_left_off']:,} more runs not drawn.</p>" if p["runs_left_off"] else ""
+    undrawn = p["undrawn_from"]
+    more = (
+        f"<p class='note'>Offsets {undrawn:,} to {p['speo']:,} not drawn (more than {len(p['runs']):,} runs); "
+        "the counts cover them.</p>"
+        if undrawn is not None
+        else ""
+    )
     return (
         f'<svg class="strip" role="img" tabindex="0" aria-label="{label}" viewBox="0 0 {STRIP_WIDTH} 1" '
         f'preserveAspectRatio="none">{"".join(rects)}</svg>{more}'

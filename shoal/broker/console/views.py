@@ -45,7 +45,7 @@ STATE_ORDER = tuple(STATE_NAMES[s] for s in (AVAILABLE, ACQUIRED, ACKNOWLEDGED, 
 FORMATS = ("utf8", "json", "hex")
 MAX_BROWSE = 200  # records per page of the record browser
 BROWSE_READ = 1 << 20  # log bytes per read of the record browser
-MAX_RUNS = 10_000  # strip segments sent per share partition; the rest is counted, not drawn
+MAX_RUNS = 2_000  # strip segments per share partition (the strip is 1,000 units wide); the rest is counted, not drawn
 MAX_SHOWN_BYTES = 4096  # a key or value longer than this is cut (the page says so)
 DLQ_CONTEXT = ("group.id", "topic", "partition", "offset", "delivery.count", "reason")
 
@@ -135,32 +135,50 @@ def share_partition_view(
 
     Runs are maximal ranges whose offsets agree on state, delivery count, owner and
     lock deadline, clipped to [SPSO, SPEO]; offsets in that window no run covers are
-    holes (no deliverable record). Lock deadlines are given as wall-clock ms and as ms left.
+    holes (no deliverable record). Counts cover the whole window, read per range (a
+    split range's states counted in C); the strip stops after ``max_runs`` runs and
+    says where ("undrawn_from"). Lock deadlines are given as wall-clock ms and as ms left.
     """
     start, end = sp.start_offset, sp.end_offset
-    counts = dict.fromkeys(STATE_ORDER, 0)
+    by_state = dict.fromkeys(STATE_NAMES, 0)
     runs: list[dict[str, Any]] = []
-    pending = covered = left_off = 0
-    for first, last, state, count, member, deadline, change in sp.runs():
-        a, b = max(first, start), min(last, end)
+    pending = covered = 0
+    undrawn: int | None = None
+    for u in sp.units():
+        a, b = max(u.first, start), min(u.last, end)
         if a > b:
             continue
-        n = b - a + 1
-        name = STATE_NAMES.get(state, str(state))
-        counts[name] = counts.get(name, 0) + n
-        covered += n
-        if change is not None:
-            pending += n
-        if len(runs) >= max_runs:
-            left_off += 1
+        covered += b - a + 1
+        o = u.offsets
+        if o is None:
+            by_state[u.state] = by_state.get(u.state, 0) + b - a + 1
+            pending += b - a + 1 if u.pending is not None else 0
+        else:
+            i, j = a - u.first, b - u.first + 1
+            states = o.states[i:j]
+            for s in by_state:
+                by_state[s] += states.count(s)
+            pending += (j - i) - o.pending[i:j].count(None)
+        if undrawn is not None:
             continue
-        run: dict[str, Any] = {"first": a, "last": b, "state": name, "deliveries": count, "member": member}
-        if state == ACQUIRED and deadline >= 0:
-            run["lock_left_ms"] = deadline - mono_ms
-            run["lock_deadline_ms"] = now_ms + deadline - mono_ms
-        if change is not None:
-            run["pending"] = True
-        runs.append(run)
+        for first, last, state, count, member, deadline, change in u.runs(a, b):
+            if len(runs) >= max_runs:
+                undrawn = first
+                break
+            run: dict[str, Any] = {
+                "first": first,
+                "last": last,
+                "state": STATE_NAMES.get(state, str(state)),
+                "deliveries": count,
+                "member": member,
+            }
+            if state == ACQUIRED and deadline >= 0:
+                run["lock_left_ms"] = deadline - mono_ms
+                run["lock_deadline_ms"] = now_ms + deadline - mono_ms
+            if change is not None:
+                run["pending"] = True
+            runs.append(run)
+    counts = {STATE_NAMES[s]: n for s, n in by_state.items()}
     complete = counts[STATE_NAMES[ACKNOWLEDGED]] + counts[STATE_NAMES[ARCHIVED]]
     return {
         "partition": sp.partition,
@@ -168,13 +186,13 @@ def share_partition_view(
         "speo": end,
         "high_watermark": high_watermark,
         "in_flight": sp.in_flight_count,
-        "counts": counts,
+        "counts": {name: counts[name] for name in STATE_ORDER},
         "holes": max(0, sp.in_flight_count - covered),
         "pending": pending,
         "delivery_complete": complete,
         "lag": max(0, high_watermark - start - sp.delivery_complete_count()),
         "runs": runs,
-        "runs_left_off": left_off,
+        "undrawn_from": undrawn,
         "delivery_count_limit": sp.delivery_count_limit,
         "lock_duration_ms": sp.lock_duration_ms,
     }

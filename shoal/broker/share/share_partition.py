@@ -85,7 +85,7 @@ from typing import Any
 from sortedcontainers import SortedDict
 
 from shoal.broker.share.fetched import deliverable_segments
-from shoal.broker.share.in_flight import NO_DEADLINE, InFlightBatch, Run
+from shoal.broker.share.in_flight import NO_DEADLINE, InFlightBatch
 from shoal.protocol.constants import (
     ACCEPT,
     ACKNOWLEDGED,
@@ -387,15 +387,15 @@ class SharePartition:
         state, count, member, _deadline, _pending = u.at(offset)
         return state, count, member
 
-    def runs(self) -> Iterator[Run]:
-        """Every tracked range in full: (first, last, state, count, member, lock deadline, pending change)."""
-        for u in list(self._batches.values()):
-            yield from u.runs(u.first, u.last)
+    def units(self) -> list[InFlightBatch]:
+        """The tracked ranges as held, in offset order, for read-only views (the web console)."""
+        return list(self._batches.values())
 
     def ranges(self) -> Iterator[tuple[int, int, int, int, str | None]]:
         """Every tracked range as (first, last, state, delivery count, member)."""
-        for a, b, state, count, member, _d, _p in self.runs():
-            yield a, b, state, count, member
+        for u in list(self._batches.values()):
+            for a, b, state, count, member, _d, _p in u.runs(u.first, u.last):
+                yield a, b, state, count, member
 
     def delivery_complete_count(self, from_offset: int | None = None) -> int:
         """Terminal (ACKNOWLEDGED / ARCHIVED) records from the start offset to the end (lag)."""
