@@ -123,7 +123,7 @@ async def test_share_group_page_matches_the_broker_and_describe_offsets(broker, 
         GROUP,
         {
             "share.auto.offset.reset": "earliest",
-            "share.record.lock.duration.ms": 3000,
+            "share.record.lock.duration.ms": 5000,
             "errors.deadletterqueue.topic.name": DLQ,
         },
     )

@@ -9,12 +9,19 @@ import html
 import re
 from collections import Counter
 
+import pytest
+
 from shoal.broker.console import pages
 from shoal.broker.console.views import STATE_ORDER, RateHistory, decode_bytes, share_partition_view
 from shoal.broker.metrics.counters import BrokerStats
 from shoal.broker.share.in_flight import STATE_NAMES
 from shoal.protocol.constants import ACCEPT, REJECT, RELEASE
-from tests.support.share_partition import LOCK, ack, batches, make
+
+# check() (called by ack) asserts the partition's invariants: let pytest rewrite its asserts, as the
+# SharePartition tests do, whichever module imports it first.
+pytest.register_assert_rewrite("tests.support.share_partition")
+
+from tests.support.share_partition import LOCK, ack, batches, make  # noqa: E402
 
 WALL = 1_700_000_000_000  # the wall clock when the page is drawn
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from shoal.broker.errors import ErrorAnswer
 from shoal.broker.share.dead_letter import HEADER_PREFIX
 from shoal.broker.share.in_flight import STATE_NAMES
 from shoal.protocol.constants import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE
@@ -386,7 +387,10 @@ def _read_records(partition: Any, first: int, count: int) -> list[Any]:
     out: list[Any] = []
     pos = first
     while len(out) < count and pos < partition.high_watermark:
-        read = partition.read(pos, BROWSE_READ, read_committed=False, min_one=True)
+        try:
+            read = partition.read(pos, BROWSE_READ, read_committed=False, min_one=True)
+        except ErrorAnswer:  # the log start passed `pos` meanwhile, or the log directory went offline
+            break
         advanced = pos
         for header, _ in iter_batches(read.records, allow_partial=True):
             advanced = max(advanced, header.last_offset + 1)
