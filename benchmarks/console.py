@@ -277,8 +277,9 @@ def overhead(rounds: int, n: int, tmp: str) -> None:
     busy = off_cpu / off_wall if off_wall else float("nan")
     print(
         f"  direct: one poll (the share-group page and its JSON) costs the broker {per_poll * 1000:.2f} ms of CPU "
-        f"(100 in a row, quiet broker); at one a second that is {per_poll / busy:.2%} of the {busy:.2f} cores the "
-        "broker used while measured without the console"
+        f"(100 in a row, quiet broker). At one a second that is {per_poll:.2%} of the event loop's time, the most "
+        f"it can slow a broker whose one loop is saturated; and {per_poll / busy:.1%} of the {busy:.2f} cores this "
+        "broker used on average while measured without the console (it mostly waited for the clients)"
     )
     print(
         f"  {'figure':<20} {'on':>10} {'off':>10} {'on/off':>7} {'95% interval':>15} {'cost':>7}  verdict (goal <= 2 %)"
