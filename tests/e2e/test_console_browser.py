@@ -42,6 +42,7 @@ pytestmark = pytest.mark.skipif(
 
 TOPIC, GROUP, DLQ = "orders", "workers", "orders-dlq"
 RECORDS, HELD = 1000, 40
+LOCK_S = 5.0  # the group's record lock duration
 EVIL = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2;alert(1)</script>'
 
 
@@ -123,7 +124,7 @@ async def test_share_group_page_matches_the_broker_and_describe_offsets(broker, 
         GROUP,
         {
             "share.auto.offset.reset": "earliest",
-            "share.record.lock.duration.ms": 5000,
+            "share.record.lock.duration.ms": int(LOCK_S * 1000),
             "errors.deadletterqueue.topic.name": DLQ,
         },
     )
@@ -161,6 +162,7 @@ async def test_share_group_page_matches_the_broker_and_describe_offsets(broker, 
             held = await holder.poll(500)
         assert held and held[0].offset == 0, "the holder takes the first records"
         holding = asyncio.create_task(hold(held))
+        held_since = time.monotonic()
         accepter.subscribe([TOPIC])
         rejecter.subscribe([TOPIC])
         deadline = time.monotonic() + 30
@@ -197,6 +199,8 @@ async def test_share_group_page_matches_the_broker_and_describe_offsets(broker, 
             await asyncio.sleep(0.1)
         assert {k: got.get(k, 0) for k in want} == want
 
+        # the page is read after the first locks would have run out: the holder's records are still its own
+        await asyncio.sleep(max(0.0, held_since + LOCK_S + 0.5 - time.monotonic()))
         base = f"http://127.0.0.1:{broker.http_port}/console"
         shots = tmp_path / "screenshots"
         shots.mkdir()

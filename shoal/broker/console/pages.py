@@ -170,7 +170,10 @@ def topic_page(t: dict[str, Any], r: dict[str, Any] | None) -> str:
         f"<td class='n'>{_num(p['log_end'])}</td><td class='n'>{_bytes(p['size_bytes'])}</td></tr>"
         for p in t["partitions"]
     ]
-    configs = "".join(f"<dt>{esc(k)}</dt><dd>{esc(val)}</dd>" for k, val in t["configs"]) or "<dd>defaults</dd>"
+    configs = (
+        "".join(f"<dt>{esc(k)}</dt><dd>{esc(val)}</dd>" for k, val in t["configs"])
+        or "<dt>Configs</dt><dd>defaults</dd>"
+    )
     body = f"<dl class='facts'><dt>Topic id</dt><dd>{esc(t['topic_id'])}</dd>{configs}</dl>" + _table(
         ("Partition", "Log start", "High watermark", "Log end", "Size"), prows, caption="Partitions"
     )

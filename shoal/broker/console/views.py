@@ -46,7 +46,7 @@ STATE_ORDER = tuple(STATE_NAMES[s] for s in (AVAILABLE, ACQUIRED, ACKNOWLEDGED, 
 FORMATS = ("utf8", "json", "hex")
 MAX_BROWSE = 200  # records per page of the record browser
 BROWSE_READ = 1 << 20  # log bytes per read of the record browser
-MAX_RUNS = 2_000  # strip segments per share partition (the strip is 1,000 units wide); the rest is counted, not drawn
+MAX_RUNS = 1_000  # strip segments per share partition (the strip is 1,000 units wide); the rest is counted, not drawn
 MAX_SHOWN_BYTES = 4096  # a key or value longer than this is cut (the page says so)
 DLQ_CONTEXT = ("group.id", "topic", "partition", "offset", "delivery.count", "reason")
 
