@@ -10,7 +10,8 @@ the test's tmp dir. Then bad input: unknown groups and topics, absurd offsets, m
 values and names (shown as text, nothing runs), and POST/PUT/DELETE refused. The console sits
 behind the same basic auth as /metrics once SASL users exist.
 
-Needs chromium and chromium-driver (Debian packages; .ci/run installs them when root).
+Needs Debian's chromium and chromium-driver: the test installs them when it runs as root
+(tests/support/debian.py) and skips, saying so, otherwise.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import shutil
 import time
 import urllib.error
 import urllib.parse
@@ -31,14 +31,11 @@ from shoal.client.admin.client import AsyncAdmin
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.share.consumer import AcknowledgeType, AsyncShareConsumer
 from shoal.testing import EmbeddedBroker
+from tests.support.debian import need_programs
 
 webdriver = pytest.importorskip("selenium.webdriver")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
-CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or DRIVER is None, reason="needs Debian's chromium and chromium-driver (apt-get install)"
-)
 
 TOPIC, GROUP, DLQ = "orders", "workers", "orders-dlq"
 RECORDS, HELD = 1000, 40
@@ -56,11 +53,14 @@ def broker():
 def browser():
     from selenium.webdriver.chrome.service import Service
 
+    found = need_programs({"chromium": "chromium", "chromedriver": "chromium-driver"})
+    if isinstance(found, str):
+        pytest.skip(found)
     opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
+    opts.binary_location = found["chromium"]
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
         opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    driver = webdriver.Chrome(service=Service(found["chromedriver"]), options=opts)
     driver.set_page_load_timeout(30)
     yield driver
     driver.quit()
