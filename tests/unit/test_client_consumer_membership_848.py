@@ -16,6 +16,7 @@ from shoal.client.consumer.group.membership_848 import (
     STATIC_LEAVE_EPOCH,
     ConsumerMembership,
     MemberState,
+    random_member_id,
 )
 from shoal.protocol.errors import ErrorCode
 
@@ -36,6 +37,11 @@ def joined(m: ConsumerMembership, now: float = 0, epoch: int = 1, assignment=Non
     req = m.next_request(now)
     ok(m, req, now, epoch=epoch, assignment=assignment)
     return req
+
+
+def test_member_ids_are_random_kafka_style_uuids() -> None:
+    ids = {random_member_id() for _ in range(300)}
+    assert len(ids) == 300 and all(len(i) == 22 and i[0] != "-" for i in ids)
 
 
 def test_join_sends_everything_then_only_changes() -> None:

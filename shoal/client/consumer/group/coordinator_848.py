@@ -36,14 +36,18 @@ from typing import Any
 
 from shoal.client.consumer.group.link import CoordinatorLink
 from shoal.client.consumer.group.membership import Generation
-from shoal.client.consumer.group.membership_848 import ConsumerMembership, MemberState, Reconciliation
+from shoal.client.consumer.group.membership_848 import (
+    ConsumerMembership,
+    MemberState,
+    Reconciliation,
+    random_member_id,
+)
 from shoal.client.consumer.group.offsets import GroupOffsets
 from shoal.client.consumer.subscription_state import SubscriptionState
 from shoal.client.core.client_core import ClientCore
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.config import Config
 from shoal.client.core.errors import BrokerResponseError, KafkaClientError
-from shoal.client.share.membership import new_member_id
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode, error_for
 from shoal.protocol.exceptions import ProtocolError
@@ -98,7 +102,7 @@ class ConsumerGroupMember:
         self.group_id: str = config["group.id"]
         self.membership = ConsumerMembership(
             self.group_id,
-            new_member_id(),
+            random_member_id(),
             rebalance_timeout_ms=config["max.poll.interval.ms"],
             instance_id=config["group.instance.id"],
             rack_id=config["client.rack"] or None,

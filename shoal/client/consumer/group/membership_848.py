@@ -42,6 +42,7 @@ Topic partitions are ``(topic_id, partition)`` pairs throughout.
 
 from __future__ import annotations
 
+import base64
 import random
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -58,6 +59,7 @@ __all__ = [
     "HeartbeatRequest",
     "MemberState",
     "Reconciliation",
+    "random_member_id",
 ]
 
 JOIN_EPOCH = 0
@@ -77,6 +79,15 @@ _RETRY = frozenset(
         ErrorCode.UNKNOWN_SERVER_ERROR,
     }
 )
+
+
+def random_member_id() -> str:
+    """A fresh member id as Kafka's clients print one: a random UUID in URL-safe base64, no
+    padding, never starting with '-' (which command lines would take for an option)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if text[0] != "-":
+            return text
 
 
 class MemberState(Enum):
