@@ -47,7 +47,7 @@ from shoal.client.consumer.subscription_state import SubscriptionState
 from shoal.client.core.client_core import ClientCore
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.config import Config
-from shoal.client.core.errors import BrokerResponseError, KafkaClientError
+from shoal.client.core.errors import BrokerResponseError, KafkaClientError, UnsupportedVersionError
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode, error_for
 from shoal.protocol.exceptions import ProtocolError
@@ -313,6 +313,11 @@ class ConsumerGroupMember:
         try:
             async with asyncio.timeout(self._cfg["request.timeout.ms"] / 1000):
                 resp = await self.link.request("ConsumerGroupHeartbeat", build, hi=1)
+        except UnsupportedVersionError as e:  # a broker without KIP-848: no retry helps
+            log.error("group %r: %s", self.group_id, e)
+            m.on_failure(req.token, self._core.now_ms(), ErrorCode.UNSUPPORTED_VERSION)
+            m.fatal_message = str(e)
+            return
         except (KafkaClientError, ProtocolError, TimeoutError) as e:
             log.debug("heartbeat of group %r failed: %s", self.group_id, e)
             m.on_failure(req.token, self._core.now_ms())
