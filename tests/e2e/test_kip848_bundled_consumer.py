@@ -55,7 +55,9 @@ class Recorder:
 class BundledMember(threading.Thread):
     """An AsyncConsumer on its own event loop: records each value, commits each batch, polls again."""
 
-    def __init__(self, name: str, bootstrap: str, group: str, tally: Tally, *, topics=(), pattern=None) -> None:
+    def __init__(
+        self, name: str, bootstrap: str, group: str, tally: Tally, *, topics=(), pattern=None, **config
+    ) -> None:
         super().__init__(daemon=True)
         self.name_, self.tally = name, tally
         self.config = {
@@ -64,7 +66,9 @@ class BundledMember(threading.Thread):
             "group.protocol": "consumer",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            **config,
         }
+        self.block_s = 0.0  # set: the next loop turn blocks the event loop this long (no heartbeats)
         self.topics, self.pattern = list(topics), pattern
         self.listener = Recorder()
         self.running = True
@@ -80,6 +84,9 @@ class BundledMember(threading.Thread):
                 self.consumer = c
                 c.subscribe(self.topics, self.listener, pattern=self.pattern)
                 while self.running:
+                    if self.block_s:
+                        time.sleep(self.block_s)  # deliberately blocking: the session must expire
+                        self.block_s = 0.0
                     batch = await c.getmany(timeout_ms=100)
                     for records in batch.values():
                         for r in records:
@@ -180,3 +187,42 @@ def test_bundled_consumer_regex_subscription(broker_factory) -> None:
     s.close()
     r.close()
     assert s.errors == [] and not r.errors
+
+
+def test_static_member_comes_back_and_a_fenced_member_rejoins(broker_factory) -> None:
+    b = broker_factory(*SETTINGS, process=True).start()
+    bs = b.bootstrap
+    topic, group = "k848-static", "g-k848-static"
+    create_topic(bs, topic, PARTITIONS)
+    tally = Tally()
+    a = BundledMember("a", bs, group, tally, topics=[topic], **{"group.instance.id": "inst-a"})
+    d = BundledMember("d", bs, group, tally, topics=[topic])
+    a.start()
+    d.start()
+    wait_for(lambda: len(a.listener.held) == 3 and len(d.listener.held) == 3, 30, "three partitions each")
+    held_by_a = set(a.listener.held)
+    mark = len(d.listener.events)
+
+    # a static member leaves with epoch -2: the group keeps its partitions for it, and gives them back
+    a.close()
+    assert a.errors == []
+    time.sleep(1)  # well within the 3 s session
+    assert describe_state(b.port, group)[1] == 2  # still a member
+    assert len(d.listener.held) == 3
+    a2 = BundledMember("a2", bs, group, tally, topics=[topic], **{"group.instance.id": "inst-a"})
+    a2.start()
+    wait_for(lambda: a2.listener.held == held_by_a, 30, "the static member's partitions back")
+    assert [k for k, p in d.listener.events[mark:] if p] == []  # d neither gave up nor got anything
+
+    # d stops heartbeating past its session: fenced, it reports its partitions lost and rejoins
+    held_by_d = set(d.listener.held)
+    d.block_s = 5.0
+    wait_for(lambda: len(a2.listener.held) == PARTITIONS, 30, "a2 to take everything while d is gone")
+    wait_for(lambda: ("lost", frozenset(held_by_d)) in d.listener.events, 30, "d to see its partitions lost")
+    wait_for(lambda: len(a2.listener.held) == 3 and len(d.listener.held) == 3, 30, "d back in the group")
+    produce(bs, topic, 0, 120)
+    wait_for(lambda: tally.values() >= expected(topic, 0, 120), 30, "records to both")
+    assert tally.read_twice_by({"a2", "d"}) == []
+    a2.close()
+    d.close()
+    assert a2.errors == [] and d.errors == []
