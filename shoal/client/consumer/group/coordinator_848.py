@@ -134,6 +134,7 @@ class ConsumerGroupMember:
         """Run at every consumer poll: follow the subscription, reconcile, auto commit."""
         m = self.membership
         now = self._core.now_ms()
+        before = m.state
         m.on_poll(now)
         self.raise_fatal()
         if self._subs.is_group_managed:
@@ -141,7 +142,10 @@ class ConsumerGroupMember:
             if (pattern, topics) != (m.regex, m.topics) or m.state is MemberState.UNSUBSCRIBED:
                 self._core.wanted_topics.update(topics)
                 m.subscribe(topics, pattern, now)
+                self._hb_wake.set()
             self._start_heartbeat()
+        if m.state is not before:  # a stale member rejoins
+            self._hb_wake.set()
         await self._report_lost()
         await self._reconcile()
         self.offsets.maybe_auto_commit(self._core.now_ms())
@@ -265,7 +269,6 @@ class ConsumerGroupMember:
             self._heartbeat = asyncio.get_running_loop().create_task(
                 self._heartbeat_loop(), name=f"shoal-848-heartbeat-{self.group_id}"
             )
-        self._hb_wake.set()
 
     async def _heartbeat_loop(self) -> None:
         m = self.membership
