@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-l", "--long", action="store_true", help="print GROUP TYPE PROTOCOL STATE")
     _output(p)
-    p = _verb(gv, "describe", "offsets and lag of classic consumer groups (or --members / --state)")
+    p = _verb(gv, "describe", "offsets and lag of consumer groups (or --members / --state; epochs for KIP-848 groups)")
     _group_options(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--offsets", action="store_true", help="offsets and lag (the default)")

@@ -3,6 +3,11 @@
 Decisions live in ``GroupMembership`` (sans-IO); this module sends the
 requests it calls for and runs the two things that must happen on time:
 
+* With ``cooperative-sticky`` (KIP-429, chosen when every assignor offered
+  is cooperative) a rebalance keeps the partitions: the subscription names
+  them (owned partitions, generation), the assignment leaves out any that
+  would move, and the member revokes only what it lost, then rejoins so the
+  follow-up rebalance hands those on (``_complete_cooperative``).
 * **Rebalances run inside the application's poll**, as in Kafka's Java
   client: ``poll()`` starts (or keeps waiting on) one rebalance task that
   commits consumed offsets when auto commit is on, calls
@@ -95,6 +100,8 @@ class GroupCoordinator:
         subscriptions: SubscriptionState,
         wakeup: asyncio.Event,
         on_assignment_change: Callable[[], None],
+        *,
+        wake_fetcher: Callable[[], None] | None = None,
     ) -> None:
         self._core = core
         self._cfg = config
@@ -110,6 +117,9 @@ class GroupCoordinator:
             now_ms=0.0,  # constructed outside the event loop maybe: timers start at the first join/poll
         )
         self.assignors = make_assignors(config["partition.assignment.strategy"])
+        # KIP-429: the protocol is cooperative when every assignor offered supports it (as Java decides).
+        self.cooperative = all(getattr(a, "cooperative", False) for a in self.assignors)
+        self._wake_fetcher = wake_fetcher or on_assignment_change
         self._wakeup = wakeup
         self._on_assignment_change = on_assignment_change
         self.link = CoordinatorLink(core, config, self.group_id)
@@ -228,6 +238,15 @@ class GroupCoordinator:
         if not m.has_generation():
             if held:
                 await self._invoke("on_partitions_lost", held)
+        elif self.cooperative:
+            # Cooperative: keep everything still subscribed; the assignment says what moves.
+            unsubscribed = {tp for tp in held if tp.topic not in self._subs.topics}
+            if unsubscribed:
+                await self._invoke("on_partitions_revoked", unsubscribed)
+                self._subs.change_assignment((), unsubscribed)
+                self._wake_fetcher()
+            self._snapshot = None
+            return
         else:
             await self._invoke("on_partitions_revoked", held)
         if self._subs.is_group_managed:
@@ -246,7 +265,8 @@ class GroupCoordinator:
         protocols = []
         cls = _JOIN.request_class()
         for a in self.assignors:
-            sub = MemberSubscription(topics, a.subscription_user_data(topics), (), generation_id, rack)
+            owned = tuple(self._subs.assignment) if self._subs.is_group_managed else ()
+            sub = MemberSubscription(topics, a.subscription_user_data(topics), owned, generation_id, rack)
             protocols.append(cls.JoinGroupRequestProtocol(name=a.name, metadata=encode_subscription(sub)))
 
         def build(version: int) -> Any:
@@ -345,10 +365,19 @@ class GroupCoordinator:
         m = self.membership
         partitions, _ = decode_assignment(self._sync_assignment)
         self._assignor(m.generation.protocol_name).on_assignment(partitions, m.generation.generation_id)
+        if self.cooperative:
+            await self._complete_cooperative(set(partitions))
+            return
         self._subs.assign_from_subscribed(partitions)
         self._core.wanted_topics.update(tp.topic for tp in partitions)
         self._on_assignment_change()
         self.offsets.reschedule_auto_commit()
+        self._log_joined(partitions)
+        self._start_heartbeat()
+        await self._invoke("on_partitions_assigned", set(partitions))
+
+    def _log_joined(self, partitions: Iterable[TopicPartition]) -> None:
+        m = self.membership
         log.info(
             "joined group %r generation %d as %s%s: %s",
             self.group_id,
@@ -357,8 +386,31 @@ class GroupCoordinator:
             " (leader)" if m.is_leader else "",
             sorted(map(str, partitions)),
         )
+
+    async def _complete_cooperative(self, assigned: set[TopicPartition]) -> None:
+        """KIP-429: revoke only what the assignment took away (then rejoin), add what is new."""
+        m = self.membership
+        owned = set(self._subs.assignment)
+        revoked, added = owned - assigned, assigned - owned
+        self._log_joined(assigned)
         self._start_heartbeat()
-        await self._invoke("on_partitions_assigned", set(partitions))
+        if revoked:
+            if self.offsets.auto_commit:  # the new owner starts where this member stopped
+                consumed = {tp: om for tp, om in self.offsets.consumed_offsets().items() if tp in revoked}
+                if consumed:
+                    try:
+                        await self.offsets.commit_offsets(consumed, timeout_ms=self._cfg["max.poll.interval.ms"])
+                    except KafkaClientError as e:
+                        log.warning("auto commit before revoking in group %r failed: %s", self.group_id, e)
+            await self._invoke("on_partitions_revoked", revoked)
+            self._subs.change_assignment((), revoked)
+            m.request_rejoin(f"revoked {len(revoked)} partitions: the follow-up rebalance hands them on")
+            self._wakeup.set()
+        self._subs.change_assignment(added, ())
+        self._core.wanted_topics.update(tp.topic for tp in added)
+        self._wake_fetcher()
+        self.offsets.reschedule_auto_commit()
+        await self._invoke("on_partitions_assigned", added)
 
     async def _invoke(self, method: str, partitions: set[TopicPartition]) -> None:
         listener = self._subs.listener
