@@ -85,8 +85,20 @@ def _settings(base: Mapping[str, Any], timeout_ms: int) -> dict[str, Any]:
     return s
 
 
+async def _open(stack: contextlib.AsyncExitStack, base: Mapping[str, Any], side: str, timeout_ms: int) -> AsyncAdmin:
+    admin = AsyncAdmin(_settings(base, timeout_ms))
+    try:
+        await admin.start()
+    except KafkaClientError as e:
+        await admin.close()
+        raise MirrorError(f"the {side} cluster at {base.get('bootstrap.servers', '?')} is unreachable: {e}") from None
+    stack.push_async_callback(admin.close)
+    return admin
+
+
 async def _reach(admin: AsyncAdmin, side: str, bootstrap: str, timeout_ms: int) -> str:
     """The cluster id, or a clear error when the cluster cannot be reached."""
+    timeout_ms = min(timeout_ms, admin.config["default.api.timeout.ms"])
     try:
         d = await admin.describe_cluster(timeout_ms=timeout_ms)
     except KafkaClientError as e:
@@ -146,10 +158,9 @@ class _Run:
     async def run(self) -> MirrorSummary:
         o = self.opts
         started = time.monotonic()
-        async with (
-            AsyncAdmin(_settings(o.source, o.connect_timeout_ms)) as src,
-            AsyncAdmin(_settings(o.target, o.connect_timeout_ms)) as tgt,
-        ):
+        async with contextlib.AsyncExitStack() as stack:
+            src = await _open(stack, o.source, "source", o.connect_timeout_ms)
+            tgt = await _open(stack, o.target, "target", o.connect_timeout_ms)
             cluster = await _reach(src, "source", o.source.get("bootstrap.servers", "?"), o.connect_timeout_ms)
             await _reach(tgt, "target", o.target.get("bootstrap.servers", "?"), o.connect_timeout_ms)
             plan, specs = await self._plan(src, tgt)
