@@ -332,3 +332,21 @@ async def test_follow_keeps_copying_and_stops_cleanly_on_sigterm(brokers) -> Non
         assert rc == 0, err
         assert json.loads(out)["records"] == 1500
         assert content(await read_all(b.bootstrap, tp)) == content(await read_all(a.bootstrap, tp))
+
+
+async def test_the_targets_authorization_errors_stop_the_run_before_any_write(brokers, tmp_path) -> None:
+    a, _ = brokers
+    standard = "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    with BrokerProcess(tmp_path / "locked", (*FAST, standard)) as locked:  # no ACLs: ANONYMOUS may do nothing
+        async with AsyncAdmin(bootstrap_servers=a.bootstrap) as src:
+            await src.create_topics([NewTopic("authz-t", 1)])
+        rc, _, err = await finish(
+            await start_mirror(a, locked, "--topics", "authz-t", "--groups", "", "--share-groups", "")
+        )
+        assert rc == 1
+        assert "the target refused to create topic 'authz-t'" in err
+        assert "AUTHORIZATION_FAILED" in err
+        written = [p.name for p in (tmp_path / "locked").iterdir() if p.name.startswith(("authz-t", CHECKPOINT_TOPIC))]
+        assert written == []  # neither the topic nor the checkpoints reached the target's data directory
+        table = tmp_path / "locked" / "topics.json"
+        assert not table.exists() or "authz-t" not in table.read_text()
