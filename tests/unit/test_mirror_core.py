@@ -14,6 +14,7 @@ from shoal.client.mirror.plan import (
     plan_topics,
     same_record,
     selectable_topic,
+    settings_for,
     share_configs,
     tail_to_match,
     translate_offsets,
@@ -178,3 +179,16 @@ def test_same_record_compares_content_not_offsets():
     assert not same_record(a, rec(5, b"k", b"v", 1001, [("h", b"1")]))
     assert not same_record(a, rec(5, b"k", b"v", 1000, [("h", None)]))
     assert not same_record(a, rec(5, None, b"v", 1000, [("h", b"1")]))
+
+
+def test_each_client_gets_the_settings_it_knows_and_unknown_ones_are_refused():
+    side = {"bootstrap.servers": "h:1", "linger.ms": 5, "isolation.level": "read_committed", "security.protocol": "SSL"}
+    assert settings_for("producer", side) == {"bootstrap.servers": "h:1", "linger.ms": 5, "security.protocol": "SSL"}
+    assert settings_for("consumer", side) == {
+        "bootstrap.servers": "h:1",
+        "isolation.level": "read_committed",
+        "security.protocol": "SSL",
+    }
+    assert settings_for("admin", side) == {"bootstrap.servers": "h:1", "security.protocol": "SSL"}
+    with pytest.raises(MirrorError, match="unknown client setting"):
+        settings_for("admin", {"lnger.ms": 5})

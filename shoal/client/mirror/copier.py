@@ -33,7 +33,7 @@ from shoal.client.core.errors import BrokerResponseError
 from shoal.client.core.records import ConsumerRecord
 from shoal.client.mirror.checkpoints import CHECKPOINT_TOPIC, CheckpointKey, decode_checkpoint, encode_checkpoint
 from shoal.client.mirror.offsets import OffsetMap
-from shoal.client.mirror.plan import MirrorError, same_record, tail_to_match
+from shoal.client.mirror.plan import MirrorError, same_record, settings_for, tail_to_match
 from shoal.client.producer.producer import AsyncProducer
 
 __all__ = ["Copier", "end_offsets", "read_checkpoints"]
@@ -57,7 +57,7 @@ async def end_offsets(
 
 
 def consumer_settings(base: Mapping[str, Any]) -> dict[str, Any]:
-    s = dict(base)
+    s = settings_for("consumer", base)
     s.update(
         {
             "group.id": None,
@@ -94,7 +94,7 @@ async def read_checkpoints(
         for tp in wanted:
             c.seek(tp, 0)
         while wanted:
-            for tp, recs in (await c.getmany(timeout_ms=1000)).items():
+            for recs in (await c.getmany(timeout_ms=1000)).values():
                 for r in recs:
                     got = decode_checkpoint(r.key, r.value)
                     if got is None or got[0].source_cluster != source_cluster:
@@ -105,6 +105,7 @@ async def read_checkpoints(
                         out.pop(mirrored, None)
                     else:
                         out[mirrored] = m
+            for tp in list(wanted):
                 if await c.position(tp) >= wanted[tp]:
                     del wanted[tp]
     return out

@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from shoal.client.core.config import describe
 from shoal.client.core.errors import KafkaClientError
 from shoal.client.mirror.checkpoints import CHECKPOINT_TOPIC
 from shoal.client.mirror.offsets import OffsetMap
@@ -26,6 +28,7 @@ __all__ = [
     "matcher",
     "plan_topics",
     "same_record",
+    "settings_for",
     "share_configs",
     "tail_to_match",
     "translate_offsets",
@@ -78,6 +81,20 @@ def matcher(pattern: str | None) -> Callable[[str], bool]:
     except re.error as e:
         raise MirrorError(f"bad regex {pattern!r}: {e}") from None
     return lambda name: rx.fullmatch(name) is not None
+
+
+_KINDS = ("admin", "consumer", "producer")
+
+
+def settings_for(kind: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of one side's settings that a client of ``kind`` takes: the mirror makes an
+    admin, consumers and a producer from the same ``--source-property``/``--target-property``
+    list, so ``linger.ms`` goes to the producer only. A name no client knows is an error."""
+    known = {kind_: {name for name, *_ in describe(kind_)} for kind_ in _KINDS}
+    unknown = sorted(k for k in settings if not any(k in names for names in known.values()))
+    if unknown:
+        raise MirrorError(f"unknown client setting(s): {', '.join(unknown)}")
+    return {k: v for k, v in settings.items() if k in known[kind]}
 
 
 def selectable_topic(name: str) -> bool:

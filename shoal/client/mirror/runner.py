@@ -26,7 +26,15 @@ from shoal.client.mirror.checkpoints import CHECKPOINT_TOPIC, CHECKPOINT_TOPIC_C
 from shoal.client.mirror.copier import Copier, end_offsets, read_checkpoints
 from shoal.client.mirror.groups import GroupResult, check_share_groups_empty, sync_consumer_group, sync_share_group
 from shoal.client.mirror.offsets import OffsetMap
-from shoal.client.mirror.plan import MirrorError, TopicPlan, TopicSpec, matcher, plan_topics, selectable_topic
+from shoal.client.mirror.plan import (
+    MirrorError,
+    TopicPlan,
+    TopicSpec,
+    matcher,
+    plan_topics,
+    selectable_topic,
+    settings_for,
+)
 from shoal.client.producer.producer import AsyncProducer
 
 __all__ = ["MirrorOptions", "MirrorSummary", "run_mirror"]
@@ -79,7 +87,7 @@ Progress = Callable[[str, dict[str, Any]], None]
 
 
 def _settings(base: Mapping[str, Any], timeout_ms: int) -> dict[str, Any]:
-    s = dict(base)
+    s = settings_for("admin", base)
     s.setdefault("client.id", "shoal-mirror")
     s.setdefault("default.api.timeout.ms", max(timeout_ms, 1000))
     return s
@@ -224,7 +232,7 @@ class _Run:
         target_ends = await end_offsets(tgt, tps, where="target")
         maps = {tp: saved.get(tp) or OffsetMap(starts[tp], target_ends[tp]) for tp in tps}
         fresh = [tp for tp in tps if tp not in saved]
-        producer_settings = dict(o.target)
+        producer_settings = settings_for("producer", o.target)
         producer_settings.update(
             {
                 "enable.idempotence": True,
