@@ -100,14 +100,20 @@ async def ends(admin: AsyncAdmin, tps: list[TopicPartition]) -> dict[TopicPartit
 
 
 async def read_all(bootstrap: str, tp: TopicPartition, start: int = 0) -> list[tuple]:
-    async with AsyncConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, max_poll_records=20000) as c:
-        c.assign([tp])
-        end = (await c.end_offsets([tp]))[tp]
-        c.seek(tp, start)
-        out: list[tuple] = []
-        while await c.position(tp) < end:
-            for recs in (await c.getmany(timeout_ms=1000)).values():
-                out += [(r.offset, r.key, r.value, list(r.headers), r.timestamp) for r in recs]
+    return (await read_many(bootstrap, {tp: start}))[tp]
+
+
+async def read_many(bootstrap: str, starts: dict[TopicPartition, int]) -> dict[TopicPartition, list[tuple]]:
+    """Every record of each partition from its start offset, with one consumer."""
+    async with AsyncConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, max_poll_records=50000) as c:
+        c.assign(list(starts))
+        end = await c.end_offsets(list(starts))
+        for tp, start in starts.items():
+            c.seek(tp, start)
+        out: dict[TopicPartition, list[tuple]] = {tp: [] for tp in starts}
+        while any([await c.position(tp) < end[tp] for tp in starts]):
+            for tp, recs in (await c.getmany(timeout_ms=1000)).items():
+                out[tp] += [(r.offset, r.key, r.value, list(r.headers), r.timestamp) for r in recs]
         return out
 
 
@@ -214,10 +220,11 @@ async def test_mirror_moves_records_groups_and_share_groups_through_two_kills(br
             await sc.close()
 
         # records: byte-exact, in order, no duplicates
+        source_rows = await read_many(a.bootstrap, dict.fromkeys(tps, 0))
+        target_rows = await read_many(b.bootstrap, {tp: FOREIGN if tp == TopicPartition("mt0", 0) else 0 for tp in tps})
+        assert sum(len(rows) for rows in source_rows.values()) == TOTAL
         for tp in tps:
-            theirs = await read_all(b.bootstrap, tp, FOREIGN if tp == TopicPartition("mt0", 0) else 0)
-            ours = await read_all(a.bootstrap, tp)
-            assert content(theirs) == content(ours), tp
+            assert content(target_rows[tp]) == content(source_rows[tp]), tp
         cfg = (await tgt.describe_configs([ConfigResource.topic("mt1")]))[ConfigResource.topic("mt1")]
         assert cfg["retention.ms"].value == "86400000"  # type: ignore[index]
         assert summary["topics"] == {"created": [], "existing": ["mt0", "mt1", "mt2"]}  # run 1 created them
@@ -232,19 +239,19 @@ async def test_mirror_moves_records_groups_and_share_groups_through_two_kills(br
         async with AsyncConsumer(bootstrap_servers=b.bootstrap, group_id="cg", enable_auto_commit=False) as c:
             c.subscribe(["mt0"])
             resumed: dict[int, list[tuple]] = {0: [], 1: []}
-            source_rows = {p: await read_all(a.bootstrap, TopicPartition("mt0", p)) for p in range(2)}
-            want = {p: len(source_rows[p]) - committed[TopicPartition("mt0", p)] for p in range(2)}
+            mt0 = {p: source_rows[TopicPartition("mt0", p)] for p in range(2)}
+            want = {p: len(mt0[p]) - committed[TopicPartition("mt0", p)] for p in range(2)}
             deadline = time.monotonic() + 30
             while any(len(resumed[p]) < want[p] for p in range(2)) and time.monotonic() < deadline:
                 for tp, recs in (await c.getmany(timeout_ms=500)).items():
                     resumed[tp.partition] += [(r.offset, r.key, r.value, list(r.headers), r.timestamp) for r in recs]
             for p in range(2):
-                assert content(resumed[p]) == content(source_rows[p][committed[TopicPartition("mt0", p)] :]), p
+                assert content(resumed[p]) == content(mt0[p][committed[TopicPartition("mt0", p)] :]), p
 
         # the share group delivers on the target every record not accepted at the source, and none accepted
         res_cfg = (await tgt.describe_configs([res]))[res]
         assert res_cfg["share.record.lock.duration.ms"].value == "45000"  # type: ignore[index]
-        source_mt1 = await read_all(a.bootstrap, TopicPartition("mt1", 0))
+        source_mt1 = source_rows[TopicPartition("mt1", 0)]
         expected = content(source_mt1[len(accepted) :])
         delivered: list[tuple] = []
         async with AsyncShareConsumer(bootstrap_servers=b.bootstrap, group_id="sg") as tc:
