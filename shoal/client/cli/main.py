@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     # mirror to another cluster (cli/mirror.py)
     from shoal.client.cli import mirror as cli_mirror
 
-    cli_mirror.add_parser(areas, EXIT_CODES)
+    cli_mirror.add_parser(areas, EXIT_CODES, _connection_options)
     return parser
 
 

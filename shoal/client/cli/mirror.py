@@ -69,12 +69,19 @@ SHAPE: dict[str, Any] = {
 HELP = "copy topics, consumer-group offsets and share-group state to another Kafka-compatible cluster"
 
 
-def add_parser(areas: Any, epilog: str) -> argparse.ArgumentParser:
+def add_parser(areas: Any, epilog: str, connection_options: Any) -> argparse.ArgumentParser:
+    """The verb; ``connection_options`` adds the common ones (``--bootstrap-server`` names the
+    source here, ``--command-config``/``--command-property`` apply to both sides)."""
     p = areas.add_parser(
         "mirror", help=HELP, description=HELP, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    connection_options(p, "verb")
     for side in ("source", "target"):
-        p.add_argument(f"--{side}-bootstrap", required=True, metavar="HOST:PORT[,...]", help=f"the {side} cluster")
+        p.add_argument(
+            f"--{side}-bootstrap",
+            metavar="HOST:PORT[,...]",
+            help="the source cluster (default: --bootstrap-server)" if side == "source" else "the target cluster",
+        )
         p.add_argument(f"--{side}-config", metavar="FILE", help=f"a .properties file of client settings for the {side}")
         p.add_argument(
             f"--{side}-property",
@@ -98,8 +105,18 @@ def add_parser(areas: Any, epilog: str) -> argparse.ArgumentParser:
     return p
 
 
-def _side(args: argparse.Namespace, side: str) -> dict[str, Any]:
-    settings: dict[str, Any] = {}
+def _side(args: argparse.Namespace, side: str, common: dict[str, Any]) -> dict[str, Any]:
+    """One side's client settings: the common ones, then the side's file, then its properties."""
+    settings = dict(common)
+    bootstrap = getattr(args, f"{side}_bootstrap")
+    if side == "source" and bootstrap is None:
+        bootstrap = getattr(args, "bootstrap_verb", None) or getattr(args, "bootstrap_top", None)
+    if bootstrap is None:
+        raise UsageError(
+            "mirror needs --target-bootstrap"
+            if side == "target"
+            else "mirror needs --source-bootstrap (or --bootstrap-server)"
+        )
     path = getattr(args, f"{side}_config")
     if path:
         try:
@@ -108,8 +125,9 @@ def _side(args: argparse.Namespace, side: str) -> dict[str, Any]:
         except OSError as e:
             raise UsageError(f"--{side}-config {path}: {e.strerror or e}") from None
     settings.update(parse_key_values(getattr(args, f"{side}_property"), f"--{side}-property"))
-    settings["bootstrap.servers"] = getattr(args, f"{side}_bootstrap")
-    settings.setdefault("client.id", "shoal-mirror")
+    settings["bootstrap.servers"] = bootstrap
+    if settings.get("client.id") in (None, "shoal-cli"):
+        settings["client.id"] = "shoal-mirror"
     return settings
 
 
@@ -164,9 +182,10 @@ class _Reporter:
 async def run(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     from shoal.client.mirror.runner import MirrorOptions, run_mirror
 
+    common = {k: v for k, v in settings.items() if k != "bootstrap.servers"}
     opts = MirrorOptions(
-        source=_side(args, "source"),
-        target=_side(args, "target"),
+        source=_side(args, "source", common),
+        target=_side(args, "target", common),
         topics=args.topics,
         groups=args.groups,
         share_groups=args.share_groups,

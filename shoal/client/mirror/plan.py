@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.client.core.config import describe
-from shoal.client.core.errors import KafkaClientError
+from shoal.client.core.errors import ConfigError, KafkaClientError
 from shoal.client.mirror.checkpoints import CHECKPOINT_TOPIC
 from shoal.client.mirror.offsets import OffsetMap
 
@@ -93,7 +93,7 @@ def settings_for(kind: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     known = {kind_: {name for name, *_ in describe(kind_)} for kind_ in _KINDS}
     unknown = sorted(k for k in settings if not any(k in names for names in known.values()))
     if unknown:
-        raise MirrorError(f"unknown client setting(s): {', '.join(unknown)}")
+        raise ConfigError(unknown[0], "is not a setting of the admin, consumer or producer client")
     return {k: v for k, v in settings.items() if k in known[kind]}
 
 

@@ -166,6 +166,8 @@ class _Run:
     async def run(self) -> MirrorSummary:
         o = self.opts
         started = time.monotonic()
+        for side in (o.source, o.target):
+            settings_for("admin", side)  # a misspelt setting of either side: before connecting anywhere
         async with contextlib.AsyncExitStack() as stack:
             src = await _open(stack, o.source, "source", o.connect_timeout_ms)
             tgt = await _open(stack, o.target, "target", o.connect_timeout_ms)
