@@ -255,8 +255,9 @@ class Copier:
             m = self.maps[chunk.tp]
             if chunk.sent:
                 for _, fut in chunk.sent:
-                    if fut.exception() is not None:
-                        await _wait(fut)  # raises it
+                    # an earlier batch of the chunk still under retry: wait for it (rare, and short)
+                    if not fut.done() or fut.exception() is not None:
+                        await _wait(fut)  # raises a failure
                 first = chunk.sent[0][1].result().offset
                 last = chunk.sent[-1][1].result().offset
                 if last - first == len(chunk.sent) - 1:  # dense on the target, as one producer writes
