@@ -304,6 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     from shoal.client.cli import users as cli_users
 
     cli_users.add_parsers(areas.add_parser("users", help="add, list and delete SCRAM users"), _verb)
+    # mirror to another cluster (cli/mirror.py)
+    from shoal.client.cli import mirror as cli_mirror
+
+    cli_mirror.add_parser(areas, EXIT_CODES, _connection_options)
     return parser
 
 
@@ -346,6 +350,10 @@ def _handler(args: argparse.Namespace) -> Any:
         from shoal.client.cli import acls as cli_acls
 
         return cli_acls.VERBS[args.verb]
+    if args.area == "mirror":
+        from shoal.client.cli import mirror as cli_mirror
+
+        return cli_mirror.run
     if args.area == "users":
         from shoal.client.cli import users as cli_users
 
