@@ -29,7 +29,12 @@ CASES = [(n, v) for n in NAMES for v in S.load(n).versions]
 
 @pytest.mark.parametrize("name", NAMES)
 def test_versions_are_kios(name: str) -> None:
-    assert list(S.load(name).versions) == kb.kio_versions(name)
+    """kio 0.6.5 is generated from Kafka 4's specs. Shoal also serves older versions that Kafka 4
+    removed (KIP-896), from Kafka 3.9's specs: ours may start lower, and are kio's from there on."""
+    ours, kios = list(S.load(name).versions), kb.kio_versions(name)
+    older = ours[: len(ours) - len(kios)]
+    assert ours[len(older) :] == kios
+    assert all(v < kios[0] for v in older)
 
 
 def _override(time_fields: set[tuple[str, str]]):
@@ -53,6 +58,8 @@ def _project(obj, name: str, version: int):
 @given(data=st.data())
 def test_round_trip_with_kio(name: str, version: int, data: st.DataObject) -> None:
     spec = S.load(name)
+    if version not in kb.kio_versions(name):
+        pytest.skip("a version Kafka 4 removed: kio 0.6.5 lacks it (the legacy golden tests in tests/wire check it)")
     kcls = kb.kio_class(name, version)
     obj = data.draw(message(spec, version, _override(kb.time_fields(kcls))))
     c = codec(name, version)
