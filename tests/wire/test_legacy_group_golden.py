@@ -22,64 +22,25 @@ vectors (with the member id, which the broker draws, put in its slot).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from shoal.protocol.api import api_by_name
-from shoal.protocol.frames import FrameReader, decode_request, decode_response, encode_request, encode_response
-from tests.support import kio_bridge as kb
+from shoal.protocol.frames import decode_response
 from tests.support.brokers import RawClient
-
-REPO = Path(__file__).resolve().parents[2]
-MEMBER = "m-1"  # the member id in the codec vectors; the broker run puts its own in this slot
-
-
-def hx(*pieces: str) -> bytes:
-    """Join hex pieces (spaces allowed) into bytes."""
-    return bytes.fromhex("".join(p.replace(" ", "") for p in pieces))
-
-
-def s16(text: str) -> str:
-    """A classic (int16-length) string as hex."""
-    raw = text.encode()
-    return f"{len(raw):04x}" + raw.hex()
-
-
-def frame(payload: bytes) -> bytes:
-    return len(payload).to_bytes(4, "big") + payload
-
-
-def header(api_key: int, version: int) -> str:
-    """Request header v1: key, version, correlation id 1, client id "shoal"."""
-    return f"{api_key:04x} {version:04x} 00000001 0005 73686f616c"
-
-
-@dataclass(frozen=True)
-class Case:
-    api: str
-    version: int
-    oracle: str  # which kio judged the hand-written bytes
-    request: dict
-    request_hex: tuple[str, ...]
-    response: dict
-    response_hex: tuple[str, ...]  # after the correlation id
-
-    @property
-    def id(self) -> str:
-        return f"{self.api}-v{self.version}"
-
-    def request_bytes(self, member: str = MEMBER) -> bytes:
-        return hx(*(p.replace("{member}", s16(member)) for p in self.request_hex))
-
-    def response_bytes(self, member: str = MEMBER) -> bytes:
-        return hx("00000001", *(p.replace("{member}", s16(member)) for p in self.response_hex))
-
+from tests.support.legacy_golden import (
+    MEMBER,
+    OLD_KIO,
+    Case,
+    check_request,
+    check_response,
+    frame,
+    header,
+    kio_agrees,
+    run_old_kio,
+    s16,
+)
 
 TOPIC_CONFIG = ("CreatableTopicConfig", dict(name="cleanup.policy", value="compact"))
 PROTOCOLS = [("JoinGroupRequestProtocol", dict(name="range", metadata=b"\x00\x01"))]
@@ -515,28 +476,6 @@ CASES = [
 IDS = [c.id for c in CASES]
 
 
-def build(cls, values: dict, top=None):
-    """Instantiate a generated dataclass from (struct name, dict) trees."""
-    top = top or cls
-    kwargs = {}
-    for k, v in values.items():
-        if isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], dict):
-            kwargs[k] = build(getattr(top, v[0]), v[1], top)
-        elif isinstance(v, list) and v and isinstance(v[0], tuple):
-            kwargs[k] = [build(getattr(top, name), d, top) for name, d in v]
-        else:
-            kwargs[k] = v
-    return cls(**kwargs)
-
-
-def _request(case: Case):
-    return build(api_by_name(case.api).request_class(), case.request)
-
-
-def _response(case: Case):
-    return build(api_by_name(case.api).response_class(), case.response)
-
-
 def test_every_case_is_a_served_version_kafka_39_had() -> None:
     """The vectors cover each (api, version) of the brief, and each is one the codec serves."""
     wanted = {
@@ -565,83 +504,23 @@ def test_every_case_is_a_served_version_kafka_39_had() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_request_golden(case: Case) -> None:
-    a = api_by_name(case.api)
-    body = _request(case)
-    payload = case.request_bytes()
-    assert b"".join(encode_request(a.key, case.version, 1, "shoal", body)) == frame(payload)
-    # whole
-    req = decode_request(memoryview(payload))
-    assert (req.api.key, req.version, req.correlation_id, req.client_id) == (a.key, case.version, 1, "shoal")
-    assert req.body == body
-    # byte by byte through the frame reader
-    reader, got = FrameReader(), []
-    for b in frame(payload):
-        got += reader.feed(bytes([b]))
-    assert [bytes(g) for g in got] == [payload]
-    assert decode_request(got[0]).body == body
-    # trailing bytes after what the version defines are not read
-    assert decode_request(memoryview(payload + b"\x00\x01\x02")).body == body
+    check_request(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_response_golden(case: Case) -> None:
-    a = api_by_name(case.api)
-    body = _response(case)
-    payload = case.response_bytes()
-    assert b"".join(encode_response(a.key, case.version, 1, body)) == frame(payload)
-    assert decode_response(memoryview(payload), a.key, case.version) == (1, body)
-    reader, got = FrameReader(), []
-    for b in frame(payload):
-        got += reader.feed(bytes([b]))
-    assert [bytes(g) for g in got] == [payload]
-    assert decode_response(got[0], a.key, case.version) == (1, body)
-    assert decode_response(memoryview(payload + b"\xff\xfe"), a.key, case.version) == (1, body)
-
-
-def _kio_agrees(case: Case) -> None:
-    """kio decodes the vector's bodies to the values we built (Kafka's own specs as judge)."""
-    a = api_by_name(case.api)
-    body = _request(case)
-    body_bytes = a.request_codec(case.version).encode(body)
-    assert case.request_bytes().endswith(body_bytes)
-    kcls = kb.kio_class(a.request.name, case.version)
-    kobj, size = kb.kio_decode(kcls, body_bytes)
-    assert size == len(body_bytes) and kobj == kb.to_kio(body, kcls)
-    resp = _response(case)
-    resp_bytes = a.response_codec(case.version).encode(resp)
-    assert case.response_bytes().endswith(resp_bytes)
-    kcls = kb.kio_class(a.response.name, case.version)
-    kobj, size = kb.kio_decode(kcls, resp_bytes)
-    assert size == len(resp_bytes) and kobj == kb.to_kio(resp, kcls)
+    check_response(case)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.oracle == "kio-0.6.5"], ids=lambda c: c.id)
 def test_kio_065_reads_the_bytes(case: Case) -> None:
-    _kio_agrees(case)
+    kio_agrees(case)
 
 
-def check_with_installed_kio(oracle: str) -> int:
-    """Run `_kio_agrees` on every case of `oracle` with whatever kio is importable; the count."""
-    cases = [c for c in CASES if c.oracle == oracle]
-    for case in cases:
-        _kio_agrees(case)
-    return len(cases)
-
-
-@pytest.mark.skipif(not os.environ.get("SHOAL_KIO_OLD"), reason="SHOAL_KIO_OLD (a --target install of kio 0.5.0) unset")
+@pytest.mark.skipif(not OLD_KIO, reason="SHOAL_KIO_OLD (a --target install of kio 0.5.0) unset")
 def test_kio_050_reads_the_legacy_bytes() -> None:
     """kio 0.5.0, generated from Kafka 3.x specs, has the versions Kafka 4 removed."""
-    old = os.environ["SHOAL_KIO_OLD"]
-    code = (
-        "import kio, sys\n"
-        f"assert kio.__file__.startswith({old!r}), kio.__file__\n"
-        "from tests.wire import test_legacy_group_golden as t\n"
-        "print(t.check_with_installed_kio('kio-0.5.0'))\n"
-    )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([old, str(REPO)]))
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert int(out.stdout.strip()) == sum(c.oracle == "kio-0.5.0" for c in CASES)
+    assert run_old_kio(__name__) == sum(c.oracle == "kio-0.5.0" for c in CASES)
 
 
 def test_broker_answers_the_golden_requests(broker_factory) -> None:
