@@ -79,10 +79,6 @@ def _consume(bootstrap: str, topic: str, group: str, version: tuple, want: int, 
         enable_auto_commit=False,
         session_timeout_ms=10_000,
         heartbeat_interval_ms=1_000,
-        # kafka-python's first Metadata can leave before the subscription and name no topic; a
-        # v0 one then means "every topic" in Kafka, but Shoal's Metadata v0 answers none (noted
-        # for h/legacy-wire), and the client would wait 5 minutes to ask again
-        metadata_max_age_ms=1_000,
     )
     try:
         got: dict[int, list] = {}

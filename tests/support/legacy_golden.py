@@ -4,8 +4,9 @@ A ``Case`` holds one (api, version)'s request and response, as values and as hex
 by field from Kafka 3.9's JSON specs, with the oracle that judged the bytes: ``kio-0.6.5`` (the
 installed kio, generated from Kafka 4's specs) or ``kio-0.5.0`` (generated from Kafka 3.x specs,
 for the versions 0.6.5 lacks). kio 0.5.0 cannot be installed next to 0.6.5 (one package name),
-so ``run_old_kio`` runs the check in a child interpreter with ``SHOAL_KIO_OLD`` (a directory
-from ``pip install --no-deps --target DIR kio==0.5.0``) first on its path.
+so ``run_old_kio`` runs the check in a child interpreter with a ``pip install --no-deps --target
+DIR kio==0.5.0`` first on its path: ``SHOAL_KIO_OLD`` when set, else one the test installs once
+beside the interpreter (``<sys.prefix>/kio-0.5.0``; a second run finds it).
 """
 
 from __future__ import annotations
@@ -24,7 +25,22 @@ from tests.support import kio_bridge as kb
 
 REPO = Path(__file__).resolve().parents[2]
 MEMBER = "m-1"  # the member id in the codec vectors; a broker run puts its own in this slot
-OLD_KIO = os.environ.get("SHOAL_KIO_OLD", "")
+
+
+def old_kio_dir() -> str:
+    """A directory holding kio 0.5.0 (generated from Kafka 3.x specs), installed once if needed."""
+    given = os.environ.get("SHOAL_KIO_OLD", "")
+    if given:
+        return given
+    target = Path(sys.prefix) / "kio-0.5.0"
+    if not (target / "kio" / "__init__.py").exists():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), "kio==0.5.0"],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    return str(target)
 
 
 def hx(*pieces: str) -> bytes:
@@ -142,14 +158,15 @@ def check_module_with_installed_kio(module: str, oracle: str) -> int:
 
 
 def run_old_kio(module: str) -> int:
-    """Check ``module``'s kio-0.5.0 cases with the kio 0.5.0 in ``SHOAL_KIO_OLD``, in a child."""
+    """Check ``module``'s kio-0.5.0 cases with kio 0.5.0 (``old_kio_dir``), in a child."""
+    old = old_kio_dir()
     code = (
         "import kio\n"
-        f"assert kio.__file__.startswith({OLD_KIO!r}), kio.__file__\n"
+        f"assert kio.__file__.startswith({old!r}), kio.__file__\n"
         "from tests.support.legacy_golden import check_module_with_installed_kio as check\n"
         f"print(check({module!r}, 'kio-0.5.0'))\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([OLD_KIO, str(REPO)]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([old, str(REPO)]))
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     return int(out.stdout.strip())

@@ -18,7 +18,6 @@ from shoal.protocol.api import api_by_name
 from shoal.protocol.constants import AclOperation, AclPatternType, AclPermissionType, AclResourceType
 from tests.support.brokers import RawClient
 from tests.support.legacy_golden import (
-    OLD_KIO,
     Case,
     check_request,
     check_response,
@@ -142,7 +141,6 @@ def test_response_golden(case: Case) -> None:
     check_response(case)
 
 
-@pytest.mark.skipif(not OLD_KIO, reason="SHOAL_KIO_OLD (a --target install of kio 0.5.0) unset")
 def test_kio_050_reads_the_legacy_bytes() -> None:
     assert run_old_kio(__name__) == len(CASES)
 

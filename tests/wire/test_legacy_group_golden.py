@@ -31,7 +31,6 @@ from shoal.protocol.frames import decode_response
 from tests.support.brokers import RawClient
 from tests.support.legacy_golden import (
     MEMBER,
-    OLD_KIO,
     Case,
     check_request,
     check_response,
@@ -517,7 +516,6 @@ def test_kio_065_reads_the_bytes(case: Case) -> None:
     kio_agrees(case)
 
 
-@pytest.mark.skipif(not OLD_KIO, reason="SHOAL_KIO_OLD (a --target install of kio 0.5.0) unset")
 def test_kio_050_reads_the_legacy_bytes() -> None:
     """kio 0.5.0, generated from Kafka 3.x specs, has the versions Kafka 4 removed."""
     assert run_old_kio(__name__) == sum(c.oracle == "kio-0.5.0" for c in CASES)
