@@ -48,7 +48,7 @@ import asyncio
 import base64
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from shoal.broker.coordinator.runtime import CoordinatorRuntime, Operation
@@ -168,25 +168,36 @@ class ShareCoordinator:
         Returns (op's result, None) once its records are durable (at once
         without records), or (None, the error) when the write failed.
         """
+        result, fut, failed = self._begin(p, op)
+        if failed is not None:
+            return None, failed
+        return result, await self._durable(p, fut)
+
+    def _begin(self, p: int, op: Operation) -> tuple[Any, asyncio.Future | None, Outcome | None]:
+        """The synchronous half of `_run`: (result, durable future or None, error or None)."""
         try:
             self.runtime.shard(p)
         except ErrorAnswer as e:  # loading, or not (any more) the coordinator: no write tried
-            return None, _error(e.code)
+            return None, None, _error(e.code)
         try:
             result, fut = self.runtime.submit(p, op)
         except ErrorAnswer as e:
             log.error("%s-%d: append failed: %s", TOPIC, p, e)
-            return None, _error(e.code, f"could not write share-group state: {e}")
+            return None, None, _error(e.code, f"could not write share-group state: {e}")
+        return result, fut, None
+
+    async def _durable(self, p: int, fut: asyncio.Future | None) -> Outcome | None:
+        """Wait (at most share.coordinator.write.timeout.ms) until `fut` says the write is durable."""
         if fut is None:
-            return result, None
+            return None
         try:
             await asyncio.wait_for(asyncio.shield(fut), self.write_timeout_s)
         except TimeoutError:
-            return None, _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out")
+            return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out")
         except ErrorAnswer as e:
             log.error("%s-%d: state not made durable: %s", TOPIC, p, e)
-            return None, _error(e.code, f"could not write share-group state: {e}")
-        return result, None
+            return _error(e.code, f"could not write share-group state: {e}")
+        return None
 
     # -- operations, with the error text Kafka puts in responses --------------------
     async def initialize_state(
@@ -245,9 +256,28 @@ class ShareCoordinator:
         delivery_complete_count: int = -1,
     ) -> Outcome:
         """WriteShareGroupState: merge the changed ranges (and a new start offset)."""
+        return await self.submit_write(
+            group, topic_id, partition, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count
+        )
+
+    def submit_write(
+        self,
+        group: str,
+        topic_id: uuid.UUID,
+        partition: int,
+        state_epoch: int,
+        leader_epoch: int,
+        start_offset: int,
+        batches: Iterable[Any],
+        delivery_complete_count: int = -1,
+    ) -> Awaitable[Outcome]:
+        """`write_state` whose append happens now: the records are in the log (and the shard)
+        when this returns, and the awaitable gives the outcome once they are durable. A share
+        partition leader pipelines its writes with it (``share.write_pipeline``): the next
+        write is appended while this one's fsync runs, and they become durable in order."""
         bad = self._check(group, topic_id, partition)
         if bad is not None:
-            return bad
+            return _ready(bad)
 
         def op(shard: ShareStateShard) -> tuple[list[Record], ErrorCode | None]:
             if shard.state(group, topic_id, partition) is None:
@@ -257,7 +287,13 @@ class ShareCoordinator:
             )
 
         p = self.key_partition(group, topic_id, partition)
-        error, failed = await self._run(p, op)
+        error, fut, failed = self._begin(p, op)
+        if failed is not None:
+            return _ready(failed)
+        return self._write_outcome(p, error, fut)
+
+    async def _write_outcome(self, p: int, error: ErrorCode | None, fut: asyncio.Future | None) -> Outcome:
+        failed = await self._durable(p, fut)
         if failed is not None:
             return failed
         if error is None:
@@ -375,6 +411,10 @@ class ShareCoordinator:
         if moved:
             log.info("pruned %s: %s", TOPIC, ", ".join(f"{p}->{o}" for p, o in sorted(moved.items())))
         return moved
+
+
+async def _ready(outcome: Outcome) -> Outcome:
+    return outcome
 
 
 def _log_failure(what: str) -> Callable[[asyncio.Future], None]:
