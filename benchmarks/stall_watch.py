@@ -40,7 +40,7 @@ class StallWatcher:
         self.tick_s = tick_ms / 1000
         self.late_s = late_ms / 1000
         self.loop_thread = threading.get_ident()  # install() runs on the loop's thread
-        self.stalls: list[tuple[float, float, bool]] = []  # (start, ms, gc seen)
+        self.stalls: list[tuple[float, float, bool, str]] = []  # (start s, ms, gc seen, stack at its start)
         self.stacks: collections.Counter[str] = collections.Counter()  # stack -> samples
         self.first_stacks: collections.Counter[str] = collections.Counter()  # stack at each stall's start -> stalls
         self.gc_running = False
@@ -49,6 +49,7 @@ class StallWatcher:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.started = time.monotonic()
+        self._t0 = time.perf_counter()
         gc.callbacks.append(self._gc)
         self.thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
         self.thread.start()
@@ -92,7 +93,8 @@ class StallWatcher:
                     with self._lock:
                         self.stacks[s] += 1
                 with self._lock:
-                    self.stalls.append((posted - self.started, (time.perf_counter() - posted) * 1000, gc_seen))
+                    ms = (time.perf_counter() - posted) * 1000
+                    self.stalls.append((posted - self._t0, ms, gc_seen, first))
             time.sleep(self.tick_s)
             if time.monotonic() - last_write > 5:
                 self.write()
@@ -103,17 +105,20 @@ class StallWatcher:
             stalls = list(self.stalls)
             firsts = self.first_stacks.most_common(top)
             stacks = self.stacks.most_common(top)
-        ms = sorted(m for _, m, _ in stalls)
+        ms = sorted(m for _, m, _, _ in stalls)
         lines = [f"loop stalls over {LATE_MS:g} ms (tick {TICK_MS:g} ms), {time.monotonic() - self.started:.0f} s"]
         if ms:
             lines.append(
                 f"  {len(ms)} stalls: median {ms[len(ms) // 2]:.0f} ms, max {ms[-1]:.0f} ms, "
-                f"total {sum(ms):.0f} ms, during a gc {sum(1 for *_, g in stalls if g)}"
+                f"total {sum(ms):.0f} ms, during a gc {sum(1 for _, _, g, _ in stalls if g)}"
             )
         else:
             lines.append("  none")
         gcs = sorted(self.gc_ms, key=lambda x: -x[1])[:top]
         lines.append(f"  gc collections over {LATE_MS / 3:.0f} ms: " + ", ".join(f"gen{g} {m:.0f}" for g, m in gcs))
+        lines.append("the longest stalls (s since start, ms, gc, stack at their start):")
+        for t, m, g, first in sorted(stalls, key=lambda x: -x[1])[:top]:
+            lines.append(f"  {t:6.1f} {m:6.0f}{' gc' if g else '   '}  {first}")
         lines.append("where each stall started (stalls):")
         lines += [f"  {n:4}  {s}" for s, n in firsts]
         lines.append("all samples while stalled (samples of 5 ms):")

@@ -98,7 +98,6 @@ class Entry:
     timer: TimerTask | None = None
     pipe: WritePipeline = field(default_factory=WritePipeline)  # this share partition's state writes
     pump_soon: bool = False  # a _pump is scheduled (changes of one loop turn share a write)
-    writes: set = field(default_factory=set)  # tasks awaiting a sent write's outcome
     start_backoff: bool = False  # a write of the start offset alone failed: retried after START_RETRY_S
     persisted_start: int = -1  # the start offset the share coordinator holds
     bytes_per_record: float = 0.0  # log bytes per offset in the last read (0 = not read yet)
@@ -372,42 +371,43 @@ class SharePartitionManager:
             self._persist_start(entry)
 
     def _send(self, entry: Entry, group: Group) -> None:
-        """Append one write now (WriteShareGroupState, in process); a task awaits its durability."""
+        """Append one write now (WriteShareGroupState, in process); settle it when it is durable.
+
+        A done-callback rather than a task awaiting it: each future or task between the
+        flusher and the member's answer is one more loop turn, and a loaded loop's turn
+        costs milliseconds."""
         sc = self.broker.share_coordinator
         sp = entry.sp
         assert sp is not None
+        if sc is None:
+            self._settle(entry, entry.pipe.finished(group, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return
         gid, tid, index = entry.key
-        outcome: Any = None
-        if sc is not None:
-            try:
-                outcome = sc.submit_write(
-                    gid,
-                    tid,
-                    index,
-                    sp.state_epoch,
-                    LEADER_EPOCH,
-                    group.start_offset,
-                    group.batches,
-                    group.delivery_complete_count,
-                )
-            except Exception as e:  # noqa: BLE001 - a write that raised failed
-                log.error("share partition %s: write raised %r", entry.key, e)
-        task = asyncio.get_running_loop().create_task(self._await_write(entry, group, outcome))
-        entry.writes.add(task)
-        task.add_done_callback(entry.writes.discard)
-
-    async def _await_write(self, entry: Entry, group: Group, outcome: Any) -> None:
-        error: int = ErrorCode.COORDINATOR_NOT_AVAILABLE if outcome is None else ErrorCode.UNKNOWN_SERVER_ERROR
         try:
-            if outcome is not None:
-                error = int((await outcome)[0])
-        except asyncio.CancelledError:
-            error = ErrorCode.NOT_COORDINATOR  # the broker is closing: nobody is told "durable"
-            raise
+            outcome = sc.submit_write(
+                gid,
+                tid,
+                index,
+                sp.state_epoch,
+                LEADER_EPOCH,
+                group.start_offset,
+                group.batches,
+                group.delivery_complete_count,
+            )
         except Exception as e:  # noqa: BLE001 - a write that raised failed
             log.error("share partition %s: write raised %r", entry.key, e)
-        finally:
-            self._settle(entry, entry.pipe.finished(group, error))
+            self._settle(entry, entry.pipe.finished(group, ErrorCode.UNKNOWN_SERVER_ERROR))
+            return
+        if outcome.done():
+            self._written(entry, group, outcome)
+        else:
+            outcome.add_done_callback(lambda f: self._written(entry, group, f))
+
+    def _written(self, entry: Entry, group: Group, outcome: asyncio.Future) -> None:
+        error: int = ErrorCode.NOT_COORDINATOR  # cancelled: the broker is closing, nobody is told "durable"
+        if not outcome.cancelled():
+            error = int(outcome.result()[0])
+        self._settle(entry, entry.pipe.finished(group, error))
 
     def _settle(self, entry: Entry, settled: list[Group]) -> None:
         """Answer the waiters of writes that settled (oldest first) and send what may go next."""
@@ -570,8 +570,6 @@ class SharePartitionManager:
         self.closed = True
         for entry in list(self.entries.values()):
             self._drop(entry)
-            for task in list(entry.writes):
-                task.cancel()
 
 
 def _trim(data: Any, headers: list, ranges: list) -> Any:

@@ -48,7 +48,7 @@ import asyncio
 import base64
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from shoal.broker.coordinator.runtime import CoordinatorRuntime, Operation
@@ -270,14 +270,19 @@ class ShareCoordinator:
         start_offset: int,
         batches: Iterable[Any],
         delivery_complete_count: int = -1,
-    ) -> Awaitable[Outcome]:
+    ) -> asyncio.Future[Outcome]:
         """`write_state` whose append happens now: the records are in the log (and the shard)
-        when this returns, and the awaitable gives the outcome once they are durable. A share
-        partition leader pipelines its writes with it (``share.write_pipeline``): the next
-        write is appended while this one's fsync runs, and they become durable in order."""
+        when this returns, and the future gives the outcome once they are durable (or the
+        write timed out). A share partition leader pipelines its writes with it
+        (``share.write_pipeline``): the next write is appended while this one's fsync runs,
+        and they become durable in order. Plain callbacks, no task: each hop between the
+        flusher and the waiter is one more turn of the loop."""
+        loop = asyncio.get_running_loop()
+        out: asyncio.Future[Outcome] = loop.create_future()
         bad = self._check(group, topic_id, partition)
         if bad is not None:
-            return _ready(bad)
+            out.set_result(bad)
+            return out
 
         def op(shard: ShareStateShard) -> tuple[list[Record], ErrorCode | None]:
             if shard.state(group, topic_id, partition) is None:
@@ -289,18 +294,41 @@ class ShareCoordinator:
         p = self.key_partition(group, topic_id, partition)
         error, fut, failed = self._begin(p, op)
         if failed is not None:
-            return _ready(failed)
-        return self._write_outcome(p, error, fut)
-
-    async def _write_outcome(self, p: int, error: ErrorCode | None, fut: asyncio.Future | None) -> Outcome:
-        failed = await self._durable(p, fut)
-        if failed is not None:
-            return failed
+            out.set_result(failed)
+            return out
         if error is None:
-            return _error(ErrorCode.INVALID_REQUEST, UNINITIALIZED_WRITE)
-        if error != ErrorCode.NONE:
-            return _error(error, BAD_STATE if error == ErrorCode.INVALID_REQUEST else None)
-        return ErrorCode.NONE, None
+            written = _error(ErrorCode.INVALID_REQUEST, UNINITIALIZED_WRITE)
+        elif error != ErrorCode.NONE:
+            written = _error(error, BAD_STATE if error == ErrorCode.INVALID_REQUEST else None)
+        else:
+            written = (ErrorCode.NONE, None)
+        if fut is None or (fut.done() and not fut.cancelled() and fut.exception() is None):
+            out.set_result(written)
+            return out
+
+        def timed_out() -> None:
+            if not out.done():
+                out.set_result(_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out"))
+
+        timer = loop.call_later(self.write_timeout_s, timed_out)
+
+        def durable(f: asyncio.Future) -> None:
+            timer.cancel()
+            if out.done():
+                return
+            if f.cancelled():
+                out.set_result(_error(ErrorCode.NOT_COORDINATOR, "share-group state write cancelled"))
+                return
+            e = f.exception()
+            if e is None:
+                out.set_result(written)
+                return
+            log.error("%s-%d: state not made durable: %s", TOPIC, p, e)
+            code = e.code if isinstance(e, ErrorAnswer) else ErrorCode.UNKNOWN_SERVER_ERROR
+            out.set_result(_error(code, f"could not write share-group state: {e}"))
+
+        fut.add_done_callback(durable)
+        return out
 
     async def delete_state(self, group: str, topic_id: uuid.UUID, partition: int) -> Outcome:
         """DeleteShareGroupState: tombstones (deleting unknown state succeeds)."""
@@ -411,10 +439,6 @@ class ShareCoordinator:
         if moved:
             log.info("pruned %s: %s", TOPIC, ", ".join(f"{p}->{o}" for p, o in sorted(moved.items())))
         return moved
-
-
-async def _ready(outcome: Outcome) -> Outcome:
-    return outcome
 
 
 def _log_failure(what: str) -> Callable[[asyncio.Future], None]:
