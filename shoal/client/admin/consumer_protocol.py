@@ -14,11 +14,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from shoal.client.admin.protocol import entity_error
+from shoal.client.admin.group_protocol import (
+    build_heartbeat_group_describe,
+    described_partitions,
+    heartbeat_group_fields,
+    heartbeat_member_fields,
+)
+from shoal.client.admin.protocol import Builder, entity_error
 from shoal.client.admin.types import ConsumerGroupDescription, MemberDescription
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.errors import BrokerResponseError
-from shoal.protocol.api import api_by_name
 
 __all__ = [
     "ConsumerProtocolGroupDescription",
@@ -26,8 +31,6 @@ __all__ = [
     "build_consumer_group_describe",
     "parse_consumer_group_describe",
 ]
-
-_DESCRIBE = api_by_name("ConsumerGroupDescribe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,48 +82,23 @@ class ConsumerProtocolGroupDescription:
         )
 
 
-def build_consumer_group_describe(groups: Iterable[str]) -> Any:
-    names = list(groups)
-
-    def build(version: int) -> Any:
-        return _DESCRIBE.request_class()(group_ids=names, include_authorized_operations=False)
-
-    return build
-
-
-def _partitions(assignment: Any) -> tuple[TopicPartition, ...]:
-    if assignment is None:
-        return ()
-    return tuple(sorted(TopicPartition(t.topic_name, p) for t in assignment.topic_partitions for p in t.partitions))
+def build_consumer_group_describe(groups: Iterable[str]) -> Builder:
+    return build_heartbeat_group_describe("ConsumerGroupDescribe", groups)
 
 
 def parse_consumer_group_describe(g: Any, coordinator: int) -> ConsumerProtocolGroupDescription | BrokerResponseError:
     """One DescribedGroup; a group of another type (or none) is GROUP_ID_NOT_FOUND."""
     if g.error_code:
         return entity_error(g.error_code, g.error_message, f"group {g.group_id!r}")
-    ops = g.authorized_operations
-    return ConsumerProtocolGroupDescription(
-        group_id=g.group_id,
-        state=g.group_state,
-        group_epoch=g.group_epoch,
-        assignment_epoch=g.assignment_epoch,
-        assignor=g.assignor_name,
-        members=tuple(
-            ConsumerProtocolMember(
-                member_id=m.member_id,
-                instance_id=m.instance_id,
-                rack_id=m.rack_id,
-                member_epoch=m.member_epoch,
-                client_id=m.client_id,
-                host=m.client_host,
-                subscribed_topics=tuple(m.subscribed_topic_names or ()),
-                subscribed_regex=m.subscribed_topic_regex,
-                assignment=_partitions(m.assignment),
-                target_assignment=_partitions(m.target_assignment),
-                member_type=getattr(m, "member_type", -1),
-            )
-            for m in g.members
-        ),
-        coordinator=coordinator,
-        authorized_operations=None if ops is None or ops == -(2**31) else ops,
+    members = tuple(
+        ConsumerProtocolMember(
+            **heartbeat_member_fields(m),
+            instance_id=m.instance_id,
+            subscribed_regex=m.subscribed_topic_regex,
+            assignment=described_partitions(m.assignment),
+            target_assignment=described_partitions(m.target_assignment),
+            member_type=getattr(m, "member_type", -1),
+        )
+        for m in g.members
     )
+    return ConsumerProtocolGroupDescription(members=members, **heartbeat_group_fields(g, coordinator))

@@ -33,8 +33,6 @@ behind each other.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -48,9 +46,11 @@ from shoal.client.consumer.assignors.subscription import (
     encode_subscription,
 )
 from shoal.client.consumer.group.link import CoordinatorLink
+from shoal.client.consumer.group.listener import invoke_listener
 from shoal.client.consumer.group.membership import GroupMembership, MemberState, Next
 from shoal.client.consumer.group.offsets import GroupOffsets, OffsetAndMetadata
 from shoal.client.consumer.subscription_state import SubscriptionState
+from shoal.client.core.aio import cancel_quietly, wait_for_event
 from shoal.client.core.client_core import Backoff, ClientCore, is_retriable
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.config import Config
@@ -228,12 +228,7 @@ class GroupCoordinator:
         """Before (re)joining: final auto commit, revoke everything (eager), forget the assignment."""
         m = self.membership
         if self.offsets.auto_commit and m.generation_if_stable() is not None:
-            offsets = self.offsets.consumed_offsets()
-            if offsets:
-                try:
-                    await self.offsets.commit_offsets(offsets, timeout_ms=self._cfg["max.poll.interval.ms"])
-                except KafkaClientError as e:
-                    log.warning("auto commit before rebalancing group %r failed: %s", self.group_id, e)
+            await self.offsets.commit_consumed("before rebalancing", timeout_ms=self._cfg["max.poll.interval.ms"])
         held = set(self._subs.assignment)
         if not m.has_generation():
             if held:
@@ -396,12 +391,9 @@ class GroupCoordinator:
         self._start_heartbeat()
         if revoked:
             if self.offsets.auto_commit:  # the new owner starts where this member stopped
-                consumed = {tp: om for tp, om in self.offsets.consumed_offsets().items() if tp in revoked}
-                if consumed:
-                    try:
-                        await self.offsets.commit_offsets(consumed, timeout_ms=self._cfg["max.poll.interval.ms"])
-                    except KafkaClientError as e:
-                        log.warning("auto commit before revoking in group %r failed: %s", self.group_id, e)
+                await self.offsets.commit_consumed(
+                    "before revoking", only=revoked, timeout_ms=self._cfg["max.poll.interval.ms"]
+                )
             await self._invoke("on_partitions_revoked", revoked)
             self._subs.change_assignment((), revoked)
             m.request_rejoin(f"revoked {len(revoked)} partitions: the follow-up rebalance hands them on")
@@ -413,20 +405,9 @@ class GroupCoordinator:
         await self._invoke("on_partitions_assigned", added)
 
     async def _invoke(self, method: str, partitions: set[TopicPartition]) -> None:
-        listener = self._subs.listener
-        fn = getattr(listener, method, None) if listener is not None else None
-        if fn is None and method == "on_partitions_lost" and listener is not None:
-            fn = getattr(listener, "on_partitions_revoked", None)
-        if fn is None:
-            return
-        try:
-            result = fn(set(partitions))
-            if inspect.isawaitable(result):
-                await result
-        except Exception as e:
-            log.exception("rebalance listener %s failed", method)
-            if self._listener_error is None:
-                self._listener_error = e
+        error = await invoke_listener(self._subs.listener, method, partitions)
+        if error is not None and self._listener_error is None:
+            self._listener_error = error
 
     # -- heartbeats ------------------------------------------------------------------------
     def _start_heartbeat(self) -> None:
@@ -464,10 +445,7 @@ class GroupCoordinator:
             sleep = self._cfg["heartbeat.interval.ms"] if wait is None else wait
             if active:
                 sleep = min(sleep, m.poll_wait_ms(now) + 1)
-            self._hb_wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(sleep, 1) / 1000):
-                    await self._hb_wake.wait()
+            await wait_for_event(self._hb_wake, max(sleep, 1))
 
     async def _send_heartbeat(self) -> None:
         m = self.membership
@@ -536,9 +514,7 @@ class GroupCoordinator:
         LeaveGroup that follows still names a member parked in JoinGroup/SyncGroup."""
         task, self._rebalance = self._rebalance, None
         if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_quietly(task)
             if not leaving:
                 self.membership.on_join_failed()
 
@@ -556,13 +532,8 @@ class GroupCoordinator:
         await self._stop_rebalance(leaving=True)
         m = self.membership
         try:
-            if self.offsets.auto_commit:
-                offsets = self.offsets.consumed_offsets()
-                if offsets and (not self._subs.is_group_managed or m.generation_if_stable() is not None):
-                    try:
-                        await self.offsets.commit_offsets(offsets)  # after any commit still pending
-                    except KafkaClientError as e:
-                        log.warning("final auto commit of group %r failed: %s", self.group_id, e)
+            if self.offsets.auto_commit and (not self._subs.is_group_managed or m.generation_if_stable() is not None):
+                await self.offsets.commit_consumed("on close")
             await self.offsets.drain(self._cfg["request.timeout.ms"])
             if self._subs.is_group_managed:
                 held = set(self._subs.assignment)
@@ -576,10 +547,7 @@ class GroupCoordinator:
 
     async def _stop_tasks(self) -> None:
         self._hb_wake.set()
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._heartbeat
+        await cancel_quietly(self._heartbeat)
         await self._stop_rebalance()
         self.offsets.cancel_pending()
         self.link.close()

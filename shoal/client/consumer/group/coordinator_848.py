@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from shoal.client.consumer.group.link import CoordinatorLink
+from shoal.client.consumer.group.listener import invoke_listener
 from shoal.client.consumer.group.membership import Generation
 from shoal.client.consumer.group.membership_848 import (
     ConsumerMembership,
@@ -44,6 +44,7 @@ from shoal.client.consumer.group.membership_848 import (
 )
 from shoal.client.consumer.group.offsets import GroupOffsets
 from shoal.client.consumer.subscription_state import SubscriptionState
+from shoal.client.core.aio import cancel_quietly, wait_for_event
 from shoal.client.core.client_core import ClientCore
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.config import Config
@@ -175,12 +176,7 @@ class ConsumerGroupMember:
         revoked = {self._names[tp] for tp in step.revoke if tp in self._names}
         if revoked:
             if self.offsets.auto_commit:
-                offsets = self.offsets.consumed_offsets()
-                if offsets:
-                    try:
-                        await self.offsets.commit_offsets(offsets, timeout_ms=self._cfg["max.poll.interval.ms"])
-                    except KafkaClientError as e:
-                        log.warning("auto commit before revoking in group %r failed: %s", self.group_id, e)
+                await self.offsets.commit_consumed("before revoking", timeout_ms=self._cfg["max.poll.interval.ms"])
             await self._invoke("on_partitions_revoked", revoked)
             self._subs.change_assignment((), revoked)
             for tp in step.revoke:
@@ -245,23 +241,13 @@ class ConsumerGroupMember:
         self._refresh = asyncio.get_running_loop().create_task(refresh(), name=f"shoal-848-metadata-{self.group_id}")
 
     async def _invoke(self, method: str, partitions: set[TopicPartition]) -> None:
-        listener = self._subs.listener
-        fn = getattr(listener, method, None) if listener is not None else None
-        if fn is None and method == "on_partitions_lost" and listener is not None:
-            fn = getattr(listener, "on_partitions_revoked", None)
-        if fn is None:
-            return
         self._in_callback = True
         try:
-            result = fn(set(partitions))
-            if inspect.isawaitable(result):
-                await result
-        except Exception as e:
-            log.exception("rebalance listener %s failed", method)
-            if self._listener_error is None:
-                self._listener_error = e
+            error = await invoke_listener(self._subs.listener, method, partitions)
         finally:
             self._in_callback = False
+        if error is not None and self._listener_error is None:
+            self._listener_error = error
 
     # -- heartbeats ------------------------------------------------------------------------
     def _start_heartbeat(self) -> None:
@@ -278,11 +264,7 @@ class ConsumerGroupMember:
             self._drop_lost()  # the poll timer may have made the member leave
             if req is None:
                 wake = m.wake_at(now)
-                self._hb_wake.clear()
-                timeout = None if wake is None else max(wake - now, 1) / 1000
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self._hb_wake.wait()
+                await wait_for_event(self._hb_wake, None if wake is None else max(wake - now, 1))
                 continue
             await self._send(req)
             if m.state is MemberState.FATAL:
@@ -401,13 +383,8 @@ class ConsumerGroupMember:
             return
         m = self.membership
         try:
-            if self.offsets.auto_commit:
-                offsets = self.offsets.consumed_offsets()
-                if offsets and (not self._subs.is_group_managed or m.commit_identity() is not None):
-                    try:
-                        await self.offsets.commit_offsets(offsets)
-                    except KafkaClientError as e:
-                        log.warning("final auto commit of group %r failed: %s", self.group_id, e)
+            if self.offsets.auto_commit and (not self._subs.is_group_managed or m.commit_identity() is not None):
+                await self.offsets.commit_consumed("on close")
             await self.offsets.drain(self._cfg["request.timeout.ms"])
             if self._subs.is_group_managed:
                 await self._report_lost()
@@ -423,16 +400,11 @@ class ConsumerGroupMember:
     async def _stop_heartbeat(self) -> None:
         task, self._heartbeat = self._heartbeat, None
         self._hb_wake.set()
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if task is not asyncio.current_task():
+            await cancel_quietly(task)
 
     async def _stop_tasks(self) -> None:
         await self._stop_heartbeat()
-        if self._refresh is not None:
-            self._refresh.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._refresh
+        await cancel_quietly(self._refresh)
         self.offsets.cancel_pending()
         self.link.close()

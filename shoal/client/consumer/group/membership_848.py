@@ -42,14 +42,17 @@ Topic partitions are ``(topic_id, partition)`` pairs throughout.
 
 from __future__ import annotations
 
-import base64
-import random
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 
-from shoal.protocol.errors import ErrorCode
+from shoal.client.core.heartbeat_membership import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    HeartbeatMembership,
+    MemberState,
+    new_member_id,
+)
 
 __all__ = [
     "JOIN_EPOCH",
@@ -62,41 +65,11 @@ __all__ = [
     "random_member_id",
 ]
 
-JOIN_EPOCH = 0
-LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 
 IdPartition = tuple[uuid.UUID, int]
 
-_FENCED = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
-_COORDINATOR_GONE = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
-_RETRY = frozenset(
-    {
-        *_COORDINATOR_GONE,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-        ErrorCode.REQUEST_TIMED_OUT,
-        ErrorCode.NETWORK_EXCEPTION,
-        ErrorCode.UNKNOWN_SERVER_ERROR,
-    }
-)
-
-
-def random_member_id() -> str:
-    """A fresh member id as Kafka's clients print one: a random UUID in URL-safe base64, no
-    padding, never starting with '-' (which command lines would take for an option)."""
-    while True:
-        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if text[0] != "-":
-            return text
-
-
-class MemberState(Enum):
-    UNSUBSCRIBED = "unsubscribed"  # not in the group
-    JOINING = "joining"  # the next heartbeat joins with epoch 0
-    STABLE = "stable"  # in the group (reconciling whenever target != owned)
-    LEAVING = "leaving"  # the next heartbeat leaves (-1, or -2 for a static member)
-    STALE = "stale"  # left after max.poll.interval.ms without a poll; the next poll rejoins
-    FATAL = "fatal"  # an error no retry can fix
+random_member_id = new_member_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +108,9 @@ class _Sent:
     pending: dict[str, object] = field(default_factory=dict)  # carried by the request in flight
 
 
-class ConsumerMembership:
-    """The member state machine (see the module doc); every method takes the time."""
+class ConsumerMembership(HeartbeatMembership):
+    """The member state machine (see the module doc); every method takes the time. Epochs,
+    timing, tokens, errors and the poll timer are ``HeartbeatMembership``'s."""
 
     def __init__(
         self,
@@ -151,34 +125,24 @@ class ConsumerMembership:
         retry_backoff_max_ms: int = 1000,
         jitter: Callable[[], float] | None = None,
     ) -> None:
-        self.group_id = group_id
-        self.member_id = member_id
+        super().__init__(
+            group_id,
+            member_id,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            jitter=jitter,
+        )
         self.instance_id = instance_id
         self.rack_id = rack_id
         self.server_assignor = server_assignor
         self.rebalance_timeout_ms = rebalance_timeout_ms
-        self._backoff_base = max(retry_backoff_ms, 1)
-        self._backoff_max = max(retry_backoff_max_ms, self._backoff_base)
-        self._jitter = jitter if jitter is not None else (lambda: random.uniform(0.8, 1.2))
-        self.state = MemberState.UNSUBSCRIBED
-        self.member_epoch = JOIN_EPOCH
-        self.interval_ms: int | None = None
         self.topics: frozenset[str] = frozenset()
         self.regex: str | None = None
         self.owned: frozenset[IdPartition] = frozenset()
         self.target: frozenset[IdPartition] | None = None  # None: nothing received since joining
-        self.fatal: int | None = None
-        self.fatal_message: str | None = None
-        self.coordinator_gone = False  # the last answer said the coordinator moved: rediscover it
         self.incarnation = 0
         self._lost: set[IdPartition] = set()
         self._sent = _Sent()
-        self._next_at: float | None = None
-        self._in_flight: int | None = None
-        self._tokens = 0
-        self._failures = 0
-        self._last_poll: float | None = None
-        self._stale_after_leave = False
         self._reconciling: Reconciliation | None = None
 
     # -- queries -------------------------------------------------------------------------
@@ -187,8 +151,8 @@ class ConsumerMembership:
         return bool(self.topics) or self.regex is not None
 
     @property
-    def in_group(self) -> bool:
-        return self.state in (MemberState.JOINING, MemberState.STABLE)
+    def poll_timeout_ms(self) -> int:
+        return self.rebalance_timeout_ms
 
     def commit_identity(self) -> tuple[int, str] | None:
         """(member epoch, member id) for OffsetCommit, or None while not a member with an epoch."""
@@ -218,41 +182,19 @@ class ConsumerMembership:
     def unsubscribe(self, now: float) -> None:
         """Leave the group (the shell revoked what it owned first)."""
         self.topics, self.regex = frozenset(), None
-        self._stale_after_leave = False
-        if self.state is MemberState.FATAL:
-            return
-        if self.member_epoch > 0 or self._in_flight is not None or self.state is MemberState.STABLE:
-            self._leave(now)
-        else:
-            self.state = MemberState.UNSUBSCRIBED
-            self._drop(lost=False)
+        self._quit(now)
 
     close = unsubscribe
-
-    def on_poll(self, now: float) -> None:
-        """The application polled: the poll timer restarts; a stale member rejoins."""
-        self._last_poll = now
-        if self.state is MemberState.STALE and self.subscribed:
-            self._join(now)
-
-    def poll_deadline(self) -> float | None:
-        if not self.in_group or self._last_poll is None:
-            return None
-        return self._last_poll + self.rebalance_timeout_ms
 
     # -- heartbeats ------------------------------------------------------------------------
     def next_request(self, now: float) -> HeartbeatRequest | None:
         """The heartbeat to send now, or None (see ``wake_at``)."""
-        self._check_poll_timer(now)
-        if self._in_flight is not None or self.state in (MemberState.UNSUBSCRIBED, MemberState.STALE):
+        token = self._next_token(now)
+        if token is None:
             return None
-        if self.state is MemberState.FATAL or (self._next_at is not None and now < self._next_at):
-            return None
-        self._tokens += 1
-        self._in_flight = self._tokens
         if self.state is MemberState.LEAVING:
             epoch = STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH
-            return HeartbeatRequest(self._tokens, epoch, instance_id=self.instance_id)
+            return HeartbeatRequest(token, epoch, instance_id=self.instance_id)
         full = self._sent.full or self.state is MemberState.JOINING
         pending: dict[str, object] = {}
         names = regex = assignor = None
@@ -275,7 +217,7 @@ class ConsumerMembership:
             pending["owned"] = self.owned
         self._sent.pending = pending
         return HeartbeatRequest(
-            self._tokens,
+            token,
             self.member_epoch if self.state is MemberState.STABLE else JOIN_EPOCH,
             instance_id=self.instance_id,
             rack_id=self.rack_id if full else None,
@@ -285,73 +227,6 @@ class ConsumerMembership:
             server_assignor=assignor,
             topic_partitions=owned,
         )
-
-    def wake_at(self, now: float) -> float | None:
-        """When ``next_request`` may next have something to send (None: only after an event)."""
-        if self._in_flight is not None or self.state in (MemberState.UNSUBSCRIBED, MemberState.STALE):
-            return None
-        if self.state is MemberState.FATAL:
-            return None
-        due = self._next_at if self._next_at is not None else now
-        deadline = self.poll_deadline()
-        return due if deadline is None else min(due, deadline)
-
-    def on_response(
-        self,
-        token: int,
-        error_code: int,
-        member_epoch: int,
-        interval_ms: int,
-        assignment: Mapping[uuid.UUID, Iterable[int]] | None,
-        now: float,
-        error_message: str | None = None,
-    ) -> bool:
-        """Apply a heartbeat answer; True when there is something new to reconcile or to report lost."""
-        if token != self._in_flight:
-            return False
-        self._in_flight = None
-        self.coordinator_gone = False
-        if self.state is MemberState.LEAVING:
-            return self._left()
-        if error_code:
-            return self._on_error(error_code, error_message, now)
-        self._failures = 0
-        sent = self._sent
-        pending, sent.pending, sent.full = sent.pending, {}, False
-        if "names" in pending:
-            sent.names = pending["names"]  # type: ignore[assignment]
-        if "regex" in pending:
-            sent.regex = pending["regex"] or None  # type: ignore[assignment]
-        if "assignor" in pending:
-            sent.assignor = pending["assignor"]  # type: ignore[assignment]
-        if "owned" in pending:
-            sent.owned = pending["owned"]  # type: ignore[assignment]
-        self.member_epoch = member_epoch
-        if interval_ms > 0:
-            self.interval_ms = interval_ms
-        self.state = MemberState.STABLE
-        self._next_at = now + (self.interval_ms or 5000)
-        if self._subscription_changed() or sent.owned != self.owned:
-            self._next_at = now  # something changed while the request was out
-        if assignment is None:
-            return False
-        new = frozenset((t, p) for t, ps in assignment.items() for p in ps)
-        changed = new != self.target
-        self.target = new
-        return changed and new != self.owned
-
-    def on_failure(self, token: int, now: float, error_code: int | None = None) -> bool:
-        """No usable answer (network, timeout, coordinator moved); True when partitions were lost."""
-        if token != self._in_flight:
-            return False
-        self._in_flight = None
-        if self.state is MemberState.LEAVING:
-            return self._left()
-        if error_code is not None and error_code not in _RETRY:
-            return self._on_error(error_code, None, now)
-        self.coordinator_gone = error_code in _COORDINATOR_GONE
-        self._retry_later(now)
-        return False
 
     # -- reconciliation ------------------------------------------------------------------------
     def reconciliation(self, resolvable: Callable[[uuid.UUID], bool] = lambda _t: True) -> Reconciliation | None:
@@ -393,52 +268,45 @@ class ConsumerMembership:
         lost, self._lost = frozenset(self._lost), set()
         return lost
 
-    # -- internals -------------------------------------------------------------------------------
-    def _subscription_changed(self) -> bool:
-        if self.regex is not None:
-            return self._sent.regex != self.regex
-        return self._sent.names != self.topics
-
-    def _on_error(self, code: int, message: str | None, now: float) -> bool:
-        if code in _FENCED:
-            self._join(now)
-            return self._drop(lost=True)
-        if code in _RETRY:
-            self.coordinator_gone = code in _COORDINATOR_GONE
-            self._retry_later(now)
+    # -- the base class's hooks ------------------------------------------------------------------
+    def _accept(self, assignment: Mapping[uuid.UUID, Iterable[int]] | None, now: float) -> bool:
+        """True when there is something new to reconcile."""
+        sent = self._sent
+        pending, sent.pending, sent.full = sent.pending, {}, False
+        if "names" in pending:
+            sent.names = pending["names"]  # type: ignore[assignment]
+        if "regex" in pending:
+            sent.regex = pending["regex"] or None  # type: ignore[assignment]
+        if "assignor" in pending:
+            sent.assignor = pending["assignor"]  # type: ignore[assignment]
+        if "owned" in pending:
+            sent.owned = pending["owned"]  # type: ignore[assignment]
+        if self._subscription_changed() or sent.owned != self.owned:
+            self._next_at = now  # something changed while the request was out
+        if assignment is None:
             return False
-        self.state = MemberState.FATAL
-        self.fatal, self.fatal_message = code, message
-        return self._drop(lost=True)
+        new = frozenset((t, p) for t, ps in assignment.items() for p in ps)
+        changed = new != self.target
+        self.target = new
+        return changed and new != self.owned
 
-    def _retry_later(self, now: float) -> None:
-        delay = min(self._backoff_base * 2 ** min(self._failures, 30), self._backoff_max) * self._jitter()
-        self._failures += 1
-        self._next_at = now + delay
-        self._sent.full = True  # the coordinator may have missed the last one
+    def _resend_all(self) -> None:
+        self._sent.full = True
         self._sent.pending = {}
 
     def _join(self, now: float) -> None:
-        self.state = MemberState.JOINING
-        self.member_epoch = JOIN_EPOCH
+        super()._join(now)
         self._sent = _Sent()
-        self._next_at = now
-        self._in_flight = None  # an answer to an earlier request no longer applies
         self.target = None
         self.incarnation += 1
 
     def _leave(self, now: float) -> None:
-        self.state = MemberState.LEAVING
-        self._next_at = now
-        self._in_flight = None
+        super()._leave(now)
         self.incarnation += 1
 
-    def _left(self) -> bool:
-        stale, self._stale_after_leave = self._stale_after_leave, False
-        self.member_epoch = JOIN_EPOCH
-        self.state = MemberState.STALE if stale else MemberState.UNSUBSCRIBED
-        self._next_at = None
-        return self._drop(lost=stale)
+    def _on_leave_for_poll(self) -> None:
+        self._lost |= self.owned
+        self.owned = frozenset()
 
     def _drop(self, *, lost: bool) -> bool:
         self.incarnation += 1
@@ -450,13 +318,10 @@ class ConsumerMembership:
         self.owned = frozenset()
         return had and lost
 
-    def _check_poll_timer(self, now: float) -> None:
-        deadline = self.poll_deadline()
-        if deadline is not None and now >= deadline:
-            self._stale_after_leave = True
-            self._lost |= self.owned
-            self.owned = frozenset()
-            self._leave(now)
+    def _subscription_changed(self) -> bool:
+        if self.regex is not None:
+            return self._sent.regex != self.regex
+        return self._sent.names != self.topics
 
 
 def _by_topic(parts: Iterable[IdPartition]) -> dict[uuid.UUID, list[int]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from shoal.client.consumer.group.link import CoordinatorLink
@@ -112,6 +112,21 @@ class GroupOffsets:
 
     def consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return {tp: OffsetAndMetadata(pos, "", epoch) for tp, (pos, epoch) in self._subs.all_consumed().items()}
+
+    async def commit_consumed(
+        self, why: str, *, only: Collection[TopicPartition] | None = None, timeout_ms: float | None = None
+    ) -> None:
+        """Commit what the application consumed (of ``only``, when given) before a rebalance
+        step or a close; a failure is logged (``why`` says when), the step goes on."""
+        offsets = self.consumed_offsets()
+        if only is not None:
+            offsets = {tp: om for tp, om in offsets.items() if tp in only}
+        if not offsets:
+            return
+        try:
+            await self.commit_offsets(offsets, timeout_ms=timeout_ms)  # after any commit still pending
+        except KafkaClientError as e:
+            log.warning("auto commit %s of group %r failed: %s", why, self.group_id, e)
 
     def maybe_auto_commit(self, now: float) -> None:
         if not self.auto_commit:
