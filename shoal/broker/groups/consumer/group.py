@@ -41,7 +41,7 @@ from shoal.broker.groups.consumer.regex import RegexError, compile_java
 from shoal.broker.groups.share.group import metadata_hash
 from shoal.protocol.errors import ErrorCode
 
-__all__ = ["ConsumerGroup", "ConsumerMember", "HeartbeatParams", "HeartbeatResult"]
+__all__ = ["ClassicMeta", "ConsumerGroup", "ConsumerMember", "HeartbeatParams", "HeartbeatResult"]
 
 EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
 
@@ -52,6 +52,14 @@ JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH = 0, -1, -2
 
 Parts = dict[uuid.UUID, frozenset[int]]
 Topics = Mapping[str, tuple[uuid.UUID, int]]
+
+
+@dataclass(slots=True)
+class ClassicMeta:
+    """What a member speaking the classic protocol (JoinGroup/SyncGroup) adds (see migration.py)."""
+
+    session_timeout_ms: int
+    protocols: list[tuple[str, bytes]]  # (name, ConsumerProtocol subscription), the client's order
 
 
 @dataclass(slots=True)
@@ -72,6 +80,7 @@ class ConsumerMember:
     revoking: Parts = field(default_factory=dict)
     session_deadline_ms: int = 0
     revocation_deadline_ms: int | None = None
+    classic: ClassicMeta | None = None
 
 
 @dataclass(slots=True)
@@ -408,11 +417,13 @@ class ConsumerGroup:
                 if m.member_epoch < self.assignment_epoch:
                     self._next(m, m.member_epoch, m.assigned, m.revoking, now_ms)  # the target moved meanwhile
                 return
-            self._next(m, m.member_epoch, m.assigned, {}, now_ms)
+            self._next(m, m.member_epoch, m.assigned, {}, now_ms, owned)
         elif m.state == M_UNRELEASED or m.member_epoch != self.assignment_epoch:
-            self._next(m, m.member_epoch, m.assigned, m.revoking, now_ms)
+            self._next(m, m.member_epoch, m.assigned, m.revoking, now_ms, owned)
 
-    def _next(self, m: ConsumerMember, epoch: int, assigned: Parts, revoking: Parts, now_ms: int) -> None:
+    def _next(
+        self, m: ConsumerMember, epoch: int, assigned: Parts, revoking: Parts, now_ms: int, owned: Parts | None = None
+    ) -> None:
         target = self.target.get(m.member_id, {})
         keep: dict[uuid.UUID, frozenset[int]] = {}
         revoke: dict[uuid.UUID, frozenset[int]] = {}
@@ -435,8 +446,9 @@ class ConsumerGroup:
                 unreleased = True
         old = (m.member_epoch, m.state, m.assigned, m.revoking)
         self._disown(m)
-        if revoke:
-            # Revoke first: no new partitions and no new epoch until the member gave them up.
+        if revoke and (owned is None or _holds_any(owned, revoke)):
+            # Revoke first: no new partitions and no new epoch until the member gave them up
+            # (unless the partitions it reported owning show it already has).
             if m.state != M_UNREVOKED:
                 m.revocation_deadline_ms = now_ms + m.rebalance_timeout_ms
             m.state, m.assigned, m.revoking = M_UNREVOKED, keep, revoke
