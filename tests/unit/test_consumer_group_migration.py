@@ -148,20 +148,23 @@ def test_classic_members_reconcile_with_a_consumer_member() -> None:
 
 def test_classic_join_errors() -> None:
     g = migration.from_classic(classic_group(), TOPICS, 0, "uniform")
+    g.heartbeat(
+        HeartbeatParams("n", 0, subscribed_names=["t"], owned={}, rebalance_timeout_ms=1), TOPICS, 0, SESSION, 9
+    )
     p = JoinParams("", None, "cli", "/h", SESSION, 30_000, "consumer", [("range", sub())], True)
     r = migration.classic_join(g, p, TOPICS, 0, 100)
     assert r.error == ErrorCode.MEMBER_ID_REQUIRED and r.member_id
     assert "c3" not in g.members and r.member_id not in g.members
-    p.member_id = "nobody"
-    assert migration.classic_join(g, p, TOPICS, 0, 100).error == ErrorCode.UNKNOWN_MEMBER_ID
+    p.member_id = "n"
+    assert migration.classic_join(g, p, TOPICS, 0, 100).error == ErrorCode.UNKNOWN_MEMBER_ID  # a consumer member
     p.member_id, p.protocols = "", [("roundrobin", sub())]  # no protocol every classic member supports
     assert migration.classic_join(g, p, TOPICS, 0, 100).error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     p.protocols, p.protocol_type = [("range", sub())], "connect"
     assert migration.classic_join(g, p, TOPICS, 0, 100).error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-    assert migration.classic_join(g, p, TOPICS, 0, 2).error == ErrorCode.GROUP_MAX_SIZE_REACHED
+    assert migration.classic_join(g, p, TOPICS, 0, 3).error == ErrorCode.GROUP_MAX_SIZE_REACHED
     assert migration.classic_leave(g, "nobody", None, 0) == ErrorCode.UNKNOWN_MEMBER_ID
     assert migration.classic_leave(g, "c2", None, 0) == ErrorCode.NONE
-    assert "c2" not in g.members and g.group_epoch == 6
+    assert "c2" not in g.members and g.group_epoch == 7
 
 
 def test_downgrade_back_to_classic() -> None:

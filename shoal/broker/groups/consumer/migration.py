@@ -237,9 +237,7 @@ def classic_join(g: ConsumerGroup, p: JoinParams, topics: Topics, now_ms: int, m
         else:
             return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=p.member_id)
     else:
-        m = g.members.get(member_id)
-        if m is None and not unknown:
-            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=p.member_id)
+        m = g.members.get(member_id)  # an id the coordinator gave out (MEMBER_ID_REQUIRED) is taken as is
     if m is None:
         m = g.members[member_id] = ConsumerMember(member_id, instance_id=iid)
         if iid is not None:
