@@ -144,6 +144,25 @@ def test_classic_member_joins_a_consumer_group(broker_factory) -> None:
         assert group_type(c, "migj") == "consumer"
 
 
+def test_empty_consumer_group_gives_way_to_a_classic_join(broker_factory) -> None:
+    b = broker_factory(*FAST).start()
+    with RawClient(b.port) as c:
+        create(c, "mig-e", 2)
+        n = hb(c, "mige", "n", 0, ["mig-e"])
+        assert hb(c, "mige", "n", -1).error_code == 0
+        assert group_type(c, "mige") == "consumer"  # empty, still a consumer group
+        cm, _ = classic_group(c, "mige", "mig-e")
+        assert group_type(c, "mige") == "classic"
+        assert n.error_code == 0 and cm
+    b.kill()
+    b.start()
+    with RawClient(b.port) as c:
+        deadline = time.monotonic() + 10
+        while group_type(c, "mige") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert group_type(c, "mige") == "classic"
+
+
 def test_policy_disabled_keeps_classic_groups_classic(broker_factory) -> None:
     b = broker_factory(*FAST, "group.consumer.migration.policy=disabled").start()
     with RawClient(b.port) as c:

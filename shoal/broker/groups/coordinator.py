@@ -363,7 +363,9 @@ class GroupCoordinator:
                 if not s.min_session_timeout_ms <= params.session_timeout_ms <= s.max_session_timeout_ms:
                     return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=params.member_id)
                 return await self.consumer.classic_join(cp, cg, params)
-            return JoinResult(e.code, member_id=params.member_id)
+            if cg is None or not self.consumer.drop_empty(cp, cg):
+                return JoinResult(e.code, member_id=params.member_id)
+            p, shard = cp, self.runtime.shard(cp)  # the empty consumer group gave way: a classic join
         if not s.min_session_timeout_ms <= params.session_timeout_ms <= s.max_session_timeout_ms:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=params.member_id)
         group = shard.group(gid)

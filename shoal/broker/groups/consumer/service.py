@@ -19,7 +19,8 @@ as Kafka does; a live classic group is upgraded as
 members staying as classic members answered through JoinGroup/SyncGroup/
 Heartbeat/LeaveGroup (``classic_*`` below, the rules in migration.py); and a
 group whose remaining members are all classic goes back to a classic group
-when a member is fenced. Each conversion is one batch of records (the old
+when a member is fenced; a classic JoinGroup to an empty consumer group
+makes it give way to a classic group (offsets stay). Each conversion is one batch of records (the old
 group's tombstones and the new group's records). Group deadlines use the
 monotonic clock.
 """
@@ -321,6 +322,27 @@ class ConsumerGroupService:
         log.info("consumer group %s downgraded to a classic group", gid)
         self.groups.after(p, classic)
         return True
+
+    def drop_empty(self, p: int, group: ConsumerGroup) -> bool:
+        """A classic JoinGroup to an empty consumer group: the group goes (its offsets stay), as in Kafka."""
+        gid, now = group.group_id, self.now()
+
+        def op(shard: Any) -> tuple[list, bool]:
+            if shard.consumer_groups.get(gid) is not group or group.members:
+                return [], False
+            del shard.consumer_groups[gid]
+            group.mark_dead(now)
+            return consumer_records.tombstones(shard.consumer_images.get(gid, {})), True
+
+        try:
+            dropped, _ = self.runtime.submit(p, op)
+        except ErrorAnswer:
+            return False
+        if dropped:
+            if self.sessions.pop(gid, None) is not None:
+                self.groups.purgatory.check_and_complete(("consumer-session", gid))
+            self._last_seen.pop(gid, None)
+        return bool(dropped)
 
     # -- classic members of a consumer group -------------------------------------------
     async def classic_join(self, p: int, group: ConsumerGroup, params: JoinParams) -> JoinResult:
