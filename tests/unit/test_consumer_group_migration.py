@@ -245,3 +245,44 @@ def test_conversions_replay_to_one_group() -> None:
     assert "g" not in shard.consumer_groups and set(shard.groups["g"].members) == {"c1", "c2"}
     assert shard.groups["g"].generation_id == g.group_epoch
     assert shard.committed("g")[("t", 0)].offset == 42
+
+
+def test_static_members_switch_protocols_without_leaving() -> None:
+    c = classic_group()
+    c.members["c1"].group_instance_id = "i1"
+    c.static_members["i1"] = "c1"
+    g = migration.from_classic(c, TOPICS, 0, "uniform")
+    assert g.static == {"i1": "c1"}
+    # the classic static member restarts as a consumer member: it replaces the old one, no leave needed
+    r = g.heartbeat(
+        HeartbeatParams("k1", 0, instance_id="i1", subscribed_names=["t"], owned={}, rebalance_timeout_ms=1),
+        TOPICS,
+        0,
+        SESSION,
+        9,
+    )
+    assert r.error == 0 and "c1" not in g.members and g.static["i1"] == "k1"
+    assert g.members["k1"].classic is None and r.assignment == {T1: frozenset({0, 1, 2})}
+    no_partition_twice(g)
+    # and back: a classic member with the same instance id and no member id takes k1's place
+    p = JoinParams("", "i1", "cli", "/h", SESSION, 30_000, "consumer", [("range", sub())], True)
+    j = migration.classic_join(g, p, TOPICS, 0, 100)
+    assert j.error == 0 and j.member_id != "k1" and g.static["i1"] == j.member_id
+    assert g.members[j.member_id].classic is not None and "k1" not in g.members
+    no_partition_twice(g)
+    # a consumer static member still active is not replaced by another consumer member
+    g.heartbeat(
+        HeartbeatParams("k2", 0, instance_id="i2", subscribed_names=["t"], owned={}, rebalance_timeout_ms=1),
+        TOPICS,
+        0,
+        SESSION,
+        9,
+    )
+    r = g.heartbeat(
+        HeartbeatParams("k3", 0, instance_id="i2", subscribed_names=["t"], owned={}, rebalance_timeout_ms=1),
+        TOPICS,
+        0,
+        SESSION,
+        9,
+    )
+    assert r.error == ErrorCode.UNRELEASED_INSTANCE_ID

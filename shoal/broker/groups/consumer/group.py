@@ -290,13 +290,15 @@ class ConsumerGroup:
         if full:
             if p.instance_id is not None and p.instance_id in self.static and self.static[p.instance_id] != p.member_id:
                 old = self.members[self.static[p.instance_id]]
-                if old.member_epoch != STATIC_LEAVE_EPOCH:
+                if old.member_epoch != STATIC_LEAVE_EPOCH and old.classic is None:
                     return _err(
                         ErrorCode.UNRELEASED_INSTANCE_ID,
                         p,
                         f"Static member {old.member_id} with instance id {p.instance_id} is still active.",
                     )
                 m = self._replace_static(old, p.member_id)
+                if old.classic is not None:  # a classic static member restarted with the consumer protocol
+                    m.member_epoch = m.previous_member_epoch = 0
             elif m is None:
                 if len(self.members) >= max_size:
                     return _err(ErrorCode.GROUP_MAX_SIZE_REACHED, p, f"The group reached its maximum size {max_size}.")

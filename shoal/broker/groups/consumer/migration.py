@@ -232,8 +232,10 @@ def classic_join(g: ConsumerGroup, p: JoinParams, topics: Topics, now_ms: int, m
         old = g.members[g.static[iid]]
         if old.member_id == member_id:
             m = old
-        elif unknown:
-            m = g._replace_static(old, member_id)  # a restarted static member takes its place
+        elif unknown:  # a restarted static member takes the place of the old one, whichever its protocol
+            m = g._replace_static(old, member_id)
+            m.member_epoch = m.previous_member_epoch = 0
+            m.classic = ClassicMeta(p.session_timeout_ms, [])
         else:
             return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=p.member_id)
     else:
