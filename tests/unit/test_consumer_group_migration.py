@@ -286,3 +286,22 @@ def test_static_members_switch_protocols_without_leaving() -> None:
         9,
     )
     assert r.error == ErrorCode.UNRELEASED_INSTANCE_ID
+
+
+def test_classic_member_that_does_not_rejoin_or_sync_is_removed() -> None:
+    g = migration.from_classic(classic_group(), TOPICS, 0, "uniform")
+    for m in g.members.values():
+        m.rebalance_timeout_ms = 2000
+    g.heartbeat(
+        HeartbeatParams("n", 0, subscribed_names=["t"], owned={}, rebalance_timeout_ms=1), TOPICS, 0, SESSION, 9
+    )
+    assert migration.classic_heartbeat(g, "c1", None, 5, 100) == ErrorCode.REBALANCE_IN_PROGRESS
+    assert g.next_deadline_ms() == 2100  # c1's rebalance timeout, before any session ends
+    p = JoinParams("c2", None, "cli", "/h", SESSION, 2000, "consumer", [("range", sub())], True)
+    assert migration.classic_join(g, p, TOPICS, 200, 100).error == 0
+    assert migration.classic_heartbeat(g, "c1", None, 5, 1000) == ErrorCode.REBALANCE_IN_PROGRESS  # still 2100
+    assert g.expire(2099) == []
+    assert g.expire(2100) == ["c1"]  # told to rejoin at 100, never did
+    assert g.expire(2199) == []
+    assert g.expire(2200) == ["c2"]  # joined at 200, never synced
+    assert list(g.members) == ["n"]

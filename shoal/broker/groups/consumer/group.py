@@ -60,6 +60,7 @@ class ClassicMeta:
 
     session_timeout_ms: int
     protocols: list[tuple[str, bytes]]  # (name, ConsumerProtocol subscription), the client's order
+    rejoin_deadline_ms: int | None = None  # asked to rejoin, or joined and yet to sync (not written)
 
 
 @dataclass(slots=True)
@@ -208,6 +209,11 @@ class ConsumerGroup:
     def next_deadline_ms(self) -> int | None:
         times = [m.session_deadline_ms for m in self.members.values()]
         times += [m.revocation_deadline_ms for m in self.members.values() if m.revocation_deadline_ms is not None]
+        times += [
+            m.classic.rejoin_deadline_ms
+            for m in self.members.values()
+            if m.classic is not None and m.classic.rejoin_deadline_ms is not None
+        ]
         return min(times) if times else None
 
     # -- membership changes ----------------------------------------------------------------
@@ -220,12 +226,18 @@ class ConsumerGroup:
         self._bump()
 
     def expire(self, now_ms: int) -> list[str]:
-        """Remove members whose session ran out, or who did not revoke within their rebalance timeout."""
+        """Remove members whose session ran out, or who did not revoke (or, classic ones, rejoin or
+        sync) within their rebalance timeout."""
         gone = [
             mid
             for mid, m in self.members.items()
             if m.session_deadline_ms <= now_ms
             or (m.revocation_deadline_ms is not None and m.revocation_deadline_ms <= now_ms)
+            or (
+                m.classic is not None
+                and m.classic.rejoin_deadline_ms is not None
+                and m.classic.rejoin_deadline_ms <= now_ms
+            )
         ]
         for mid in gone:
             self.remove(mid)

@@ -17,7 +17,9 @@ disabled):
   subscription says it owns; the generation it answers is the member epoch
   and SyncGroup hands out the member's current assignment. A heartbeat asks
   the member to rejoin (REBALANCE_IN_PROGRESS) while it lags the group epoch,
-  has partitions to revoke, or has freed partitions waiting for it.
+  has partitions to revoke, or has freed partitions waiting for it; a member
+  that then does not rejoin, or joins and does not sync, within its
+  rebalance timeout is removed.
 * downgrade -- when a member is fenced (leaves or expires) and every member
   left uses the classic protocol, the group becomes a classic group of
   generation = group epoch holding the target assignment, and a rebalance
@@ -258,7 +260,10 @@ def classic_join(g: ConsumerGroup, p: JoinParams, topics: Topics, now_ms: int, m
     if p.rebalance_timeout_ms > 0:
         m.rebalance_timeout_ms = p.rebalance_timeout_ms
     m.client_id, m.client_host = p.client_id, p.client_host
-    m.classic = ClassicMeta(p.session_timeout_ms, [(n, bytes(md)) for n, md in p.protocols])
+    # it must send its SyncGroup within its rebalance timeout
+    m.classic = ClassicMeta(
+        p.session_timeout_ms, [(n, bytes(md)) for n, md in p.protocols], now_ms + m.rebalance_timeout_ms
+    )
     m.session_deadline_ms = now_ms + p.session_timeout_ms
     g.dirty = True
 
@@ -304,9 +309,18 @@ def classic_sync(
     ):
         return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
     if g.group_epoch > m.member_epoch and m.state != M_UNREVOKED:
+        _must_rejoin(m, now_ms)
         return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+    m.classic.rejoin_deadline_ms = None
     m.session_deadline_ms = now_ms + m.classic.session_timeout_ms
     return SyncResult(ErrorCode.NONE, PROTOCOL_TYPE, chosen, encode_assignment(m.assigned, names, _version(m.classic)))
+
+
+def _must_rejoin(m: ConsumerMember, now_ms: int) -> None:
+    """Told to rejoin: it is removed unless it does within its rebalance timeout."""
+    assert m.classic is not None
+    if m.classic.rejoin_deadline_ms is None:
+        m.classic.rejoin_deadline_ms = now_ms + m.rebalance_timeout_ms
 
 
 def _waiting_on_unreleased(g: ConsumerGroup, m: ConsumerMember) -> bool:
@@ -331,6 +345,7 @@ def classic_heartbeat(g: ConsumerGroup, member_id: str, instance_id: str | None,
         or m.state == M_UNREVOKED
         or (m.state == M_UNRELEASED and not _waiting_on_unreleased(g, m))
     ):
+        _must_rejoin(m, now_ms)
         return ErrorCode.REBALANCE_IN_PROGRESS
     return ErrorCode.NONE
 
