@@ -4,7 +4,8 @@ Two ``group.protocol=classic`` consumers read a topic, committing after each
 record; a ``group.protocol=consumer`` member joins and the group becomes a
 consumer group (ListGroups type, ConsumerGroupDescribe) holding the classic
 two as classic members, with the committed offsets kept and no record read
-twice. The classic members then restart as consumer members one at a time
+twice (eager members with range, and cooperative-sticky ones, which revoke
+only what moves and rejoin). The classic members then restart as consumer members one at a time
 (a rolling upgrade), and every record is read once. Last the downgrade: a
 classic member joins, the consumer members leave, and the group is a classic
 group again whose member reads on from the committed offsets.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from tests.e2e.test_consumer_group_protocol import (
@@ -37,13 +39,13 @@ RETRY = {KafkaError.STALE_MEMBER_EPOCH, KafkaError.REBALANCE_IN_PROGRESS}
 class Member(threading.Thread):
     """A librdkafka consumer of either protocol: records each value, then commits it synchronously."""
 
-    def __init__(self, name: str, bootstrap: str, protocol: str, tally: Tally) -> None:
+    def __init__(self, name: str, bootstrap: str, protocol: str, tally: Tally, strategy: str = "range") -> None:
         super().__init__(daemon=True)
         self.name_, self.tally = name, tally
         cfg = consumer_config(bootstrap, GROUP)
         cfg["group.protocol"] = protocol
         if protocol == "classic":
-            cfg.update({"partition.assignment.strategy": "range", "session.timeout.ms": 6000})
+            cfg.update({"partition.assignment.strategy": strategy, "session.timeout.ms": 6000})
             cfg["heartbeat.interval.ms"] = 300
         self.c = Consumer(cfg)
         self.c.subscribe([TOPIC])
@@ -94,7 +96,8 @@ def members(port: int) -> tuple[str, list[int]]:
     return g.group_state, sorted(m.member_type for m in g.members)
 
 
-def test_rolling_upgrade_and_downgrade_with_librdkafka(broker_factory) -> None:
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_rolling_upgrade_and_downgrade_with_librdkafka(broker_factory, strategy: str) -> None:
     b = broker_factory(*SETTINGS, process=True).start()
     bs = b.bootstrap
     create_topic(bs, TOPIC, PARTITIONS)
@@ -103,8 +106,8 @@ def test_rolling_upgrade_and_downgrade_with_librdkafka(broker_factory) -> None:
 
     # 1. a classic group of two
     produce(bs, TOPIC, 0, 600)
-    a = Member("a", bs, "classic", tally)
-    bb = Member("b", bs, "classic", tally)
+    a = Member("a", bs, "classic", tally, strategy)
+    bb = Member("b", bs, "classic", tally, strategy)
     want = expected(TOPIC, 0, 600)
     wait_for(lambda: tally.values() >= want, 60, "the classic members to read 600 records")
     assert group_type(b.port) == "classic"
@@ -130,7 +133,7 @@ def test_rolling_upgrade_and_downgrade_with_librdkafka(broker_factory) -> None:
     assert tally.read_twice_by(everyone) == []
 
     # 4. downgrade: a classic member joins, the consumer members leave
-    z = Member("z", bs, "classic", tally)
+    z = Member("z", bs, "classic", tally, strategy)
     wait_for(lambda: members(b.port) == ("Stable", [0, 1, 1, 1]), 30, "the classic member to join")
     for m in (a2, b2, n):
         m.close()
