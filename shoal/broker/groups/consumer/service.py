@@ -140,6 +140,12 @@ class ConsumerGroupService:
                 self._retire_classic(shard, gid, now)
             pre = shard.convert_empty_classic(gid)
         elif params.member_epoch == LEAVE_EPOCH and not result.error and self._maybe_downgrade(p, group):
+            fut = self.runtime.barrier(p)  # answered once the conversion is durable
+            if fut is not None:
+                try:
+                    await fut
+                except Exception:  # noqa: BLE001 - a failed write: the log directory is offline
+                    return HeartbeatAnswer(ErrorCode.NOT_COORDINATOR, None, params.member_id, -1, interval)
             return _answer(result, interval)
         try:
             fut = self._persist(p, group, pre)
