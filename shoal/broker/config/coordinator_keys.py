@@ -19,9 +19,11 @@ from shoal.broker.config.keys import (
     LONG,
     LOW,
     SHORT,
+    STR,
     Check,
     ConfigKey,
     ListOf,
+    OneOf,
     Range,
     one_assignor_problem,
 )
@@ -174,6 +176,13 @@ COORDINATOR_KEYS: Final = (
         validator=ListOf(("uniform", "range")),
     ),
     _key("group.consumer.max.size", INT, INT_MAX, "Most members one consumer group may hold.", validator=AT_LEAST_1),
+    _key(
+        "group.consumer.migration.policy",
+        STR,
+        "bidirectional",
+        "Online conversion between classic and consumer groups: bidirectional, upgrade, downgrade or disabled.",
+        validator=OneOf(("bidirectional", "upgrade", "downgrade", "disabled"), case_insensitive=True),
+    ),
     # share groups
     _key(
         "group.share.enable",

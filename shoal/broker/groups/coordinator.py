@@ -342,19 +342,30 @@ class GroupCoordinator:
             raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is a share group.")
         return p, shard
 
+    def _consumer_group(self, gid: str) -> tuple[int, Any]:
+        """(partition, the consumer group) of a consumer group id, else (-1, None): classic members
+        of a consumer group are answered by ConsumerGroupService.classic_*."""
+        try:
+            p = self.runtime.partition_of(gid)
+            return p, self.runtime.shard(p).consumer_groups.get(gid)
+        except ErrorAnswer:
+            return -1, None
+
     async def join(self, gid: str, params: JoinParams) -> Any:
         from shoal.broker.groups.classic import JoinResult
 
+        s = self.settings
         try:
             p, shard = self._route(gid)
         except ErrorAnswer as e:
-            cg = None
-            if e.code == ErrorCode.GROUP_ID_NOT_FOUND:
-                cg = self.runtime.shard(self.runtime.partition_of(gid)).consumer_groups.get(gid)
-            if cg is not None and cg.members:  # classic members in a consumer group: not built yet
-                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=params.member_id)
-            return JoinResult(e.code, member_id=params.member_id)
-        s = self.settings
+            cp, cg = self._consumer_group(gid) if e.code == ErrorCode.GROUP_ID_NOT_FOUND else (-1, None)
+            if cg is not None and cg.members:
+                if not s.min_session_timeout_ms <= params.session_timeout_ms <= s.max_session_timeout_ms:
+                    return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=params.member_id)
+                return await self.consumer.classic_join(cp, cg, params)
+            if cg is None or not self.consumer.drop_empty(cp, cg):
+                return JoinResult(e.code, member_id=params.member_id)
+            p, shard = cp, self.runtime.shard(cp)  # the empty consumer group gave way: a classic join
         if not s.min_session_timeout_ms <= params.session_timeout_ms <= s.max_session_timeout_ms:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=params.member_id)
         group = shard.group(gid)
@@ -382,6 +393,11 @@ class GroupCoordinator:
         try:
             p, shard = self._route(gid)
         except ErrorAnswer as e:
+            cp, cg = self._consumer_group(gid)
+            if cg is not None:
+                return await self.consumer.classic_sync(
+                    cp, cg, member_id, instance_id, generation, protocol_type, protocol_name
+                )
             return SyncResult(e.code)
         group = shard.group(gid)
         if group is None:
@@ -395,6 +411,9 @@ class GroupCoordinator:
         try:
             p, shard = self._route(gid)
         except ErrorAnswer as e:
+            cp, cg = self._consumer_group(gid)
+            if cg is not None:
+                return self.consumer.classic_heartbeat(cp, cg, member_id, instance_id, generation)
             return e.code
         group = shard.group(gid)
         if group is None:
@@ -407,6 +426,9 @@ class GroupCoordinator:
         try:
             p, shard = self._route(gid)
         except ErrorAnswer as e:
+            cp, cg = self._consumer_group(gid)
+            if cg is not None:
+                return ErrorCode.NONE, self.consumer.classic_leave(cp, cg, members)
             return e.code, []
         group = shard.group(gid)
         if group is None:

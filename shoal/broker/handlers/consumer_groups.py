@@ -25,7 +25,7 @@ from shoal.protocol import messages
 from shoal.protocol.errors import ErrorCode
 
 AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)
-MEMBER_TYPE_CONSUMER = 1
+MEMBER_TYPE_CLASSIC, MEMBER_TYPE_CONSUMER = 0, 1
 
 
 def _may(broker: Broker, ctx: RequestContext, op: Any, gid: str) -> bool:
@@ -163,7 +163,7 @@ async def handle_consumer_group_describe(
                 subscribed_topic_regex=m.regex,
                 assignment=parts(m.assigned),
                 target_assignment=parts(g.target.get(m.member_id, {})),
-                member_type=MEMBER_TYPE_CONSUMER,
+                member_type=MEMBER_TYPE_CONSUMER if m.classic is None else MEMBER_TYPE_CLASSIC,
             )
             for m in sorted(g.members.values(), key=lambda m: m.member_id)
         ]

@@ -41,7 +41,7 @@ from shoal.broker.groups.consumer.regex import RegexError, compile_java
 from shoal.broker.groups.share.group import metadata_hash
 from shoal.protocol.errors import ErrorCode
 
-__all__ = ["ConsumerGroup", "ConsumerMember", "HeartbeatParams", "HeartbeatResult"]
+__all__ = ["ClassicMeta", "ConsumerGroup", "ConsumerMember", "HeartbeatParams", "HeartbeatResult"]
 
 EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
 
@@ -52,6 +52,15 @@ JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH = 0, -1, -2
 
 Parts = dict[uuid.UUID, frozenset[int]]
 Topics = Mapping[str, tuple[uuid.UUID, int]]
+
+
+@dataclass(slots=True)
+class ClassicMeta:
+    """What a member speaking the classic protocol (JoinGroup/SyncGroup) adds (see migration.py)."""
+
+    session_timeout_ms: int
+    protocols: list[tuple[str, bytes]]  # (name, ConsumerProtocol subscription), the client's order
+    rejoin_deadline_ms: int | None = None  # asked to rejoin, or joined and yet to sync (not written)
 
 
 @dataclass(slots=True)
@@ -72,6 +81,7 @@ class ConsumerMember:
     revoking: Parts = field(default_factory=dict)
     session_deadline_ms: int = 0
     revocation_deadline_ms: int | None = None
+    classic: ClassicMeta | None = None
 
 
 @dataclass(slots=True)
@@ -199,6 +209,11 @@ class ConsumerGroup:
     def next_deadline_ms(self) -> int | None:
         times = [m.session_deadline_ms for m in self.members.values()]
         times += [m.revocation_deadline_ms for m in self.members.values() if m.revocation_deadline_ms is not None]
+        times += [
+            m.classic.rejoin_deadline_ms
+            for m in self.members.values()
+            if m.classic is not None and m.classic.rejoin_deadline_ms is not None
+        ]
         return min(times) if times else None
 
     # -- membership changes ----------------------------------------------------------------
@@ -211,12 +226,18 @@ class ConsumerGroup:
         self._bump()
 
     def expire(self, now_ms: int) -> list[str]:
-        """Remove members whose session ran out, or who did not revoke within their rebalance timeout."""
+        """Remove members whose session ran out, or who did not revoke (or, classic ones, rejoin or
+        sync) within their rebalance timeout."""
         gone = [
             mid
             for mid, m in self.members.items()
             if m.session_deadline_ms <= now_ms
             or (m.revocation_deadline_ms is not None and m.revocation_deadline_ms <= now_ms)
+            or (
+                m.classic is not None
+                and m.classic.rejoin_deadline_ms is not None
+                and m.classic.rejoin_deadline_ms <= now_ms
+            )
         ]
         for mid in gone:
             self.remove(mid)
@@ -281,13 +302,15 @@ class ConsumerGroup:
         if full:
             if p.instance_id is not None and p.instance_id in self.static and self.static[p.instance_id] != p.member_id:
                 old = self.members[self.static[p.instance_id]]
-                if old.member_epoch != STATIC_LEAVE_EPOCH:
+                if old.member_epoch != STATIC_LEAVE_EPOCH and old.classic is None:
                     return _err(
                         ErrorCode.UNRELEASED_INSTANCE_ID,
                         p,
                         f"Static member {old.member_id} with instance id {p.instance_id} is still active.",
                     )
                 m = self._replace_static(old, p.member_id)
+                if old.classic is not None:  # a classic static member restarted with the consumer protocol
+                    m.member_epoch = m.previous_member_epoch = 0
             elif m is None:
                 if len(self.members) >= max_size:
                     return _err(ErrorCode.GROUP_MAX_SIZE_REACHED, p, f"The group reached its maximum size {max_size}.")
@@ -408,11 +431,13 @@ class ConsumerGroup:
                 if m.member_epoch < self.assignment_epoch:
                     self._next(m, m.member_epoch, m.assigned, m.revoking, now_ms)  # the target moved meanwhile
                 return
-            self._next(m, m.member_epoch, m.assigned, {}, now_ms)
+            self._next(m, m.member_epoch, m.assigned, {}, now_ms, owned)
         elif m.state == M_UNRELEASED or m.member_epoch != self.assignment_epoch:
-            self._next(m, m.member_epoch, m.assigned, m.revoking, now_ms)
+            self._next(m, m.member_epoch, m.assigned, m.revoking, now_ms, owned)
 
-    def _next(self, m: ConsumerMember, epoch: int, assigned: Parts, revoking: Parts, now_ms: int) -> None:
+    def _next(
+        self, m: ConsumerMember, epoch: int, assigned: Parts, revoking: Parts, now_ms: int, owned: Parts | None = None
+    ) -> None:
         target = self.target.get(m.member_id, {})
         keep: dict[uuid.UUID, frozenset[int]] = {}
         revoke: dict[uuid.UUID, frozenset[int]] = {}
@@ -435,8 +460,9 @@ class ConsumerGroup:
                 unreleased = True
         old = (m.member_epoch, m.state, m.assigned, m.revoking)
         self._disown(m)
-        if revoke:
-            # Revoke first: no new partitions and no new epoch until the member gave them up.
+        if revoke and (owned is None or _holds_any(owned, revoke)):
+            # Revoke first: no new partitions and no new epoch until the member gave them up
+            # (unless the partitions it reported owning show it already has).
             if m.state != M_UNREVOKED:
                 m.revocation_deadline_ms = now_ms + m.rebalance_timeout_ms
             m.state, m.assigned, m.revoking = M_UNREVOKED, keep, revoke

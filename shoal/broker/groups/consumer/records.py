@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from shoal.broker.coordinator.shard import Record
-from shoal.broker.groups.consumer.group import ConsumerGroup, ConsumerMember
+from shoal.broker.groups.consumer.group import ClassicMeta, ConsumerGroup, ConsumerMember
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 
 __all__ = ["ConsumerGroupReplayer", "apply_to_images", "diff_records", "image", "is_consumer_record", "tombstones"]
@@ -63,6 +63,7 @@ def image(g: ConsumerGroup) -> Image:
             m.regex,
             m.rebalance_timeout_ms,
             m.server_assignor,
+            _classic(m),
         )
         out[(CURRENT, gid, mid)] = (
             m.member_epoch,
@@ -88,7 +89,14 @@ def _value(k: tuple[str, ...], v: tuple) -> Any:
     if name == META:
         return cls(epoch=v[0], metadata_hash=v[1])
     if name == MEMBER:
-        iid, rack, client_id, host, names, regex, rebalance, assignor = v
+        iid, rack, client_id, host, names, regex, rebalance, assignor, classic = v
+        meta = None
+        if classic is not None:
+            ccls = cls.ClassicMemberMetadata
+            meta = ccls(
+                session_timeout_ms=classic[0],
+                supported_protocols=[cls.ClassicProtocol(name=n, metadata=md) for n, md in classic[1]],
+            )
         return cls(
             instance_id=iid,
             rack_id=rack,
@@ -98,6 +106,7 @@ def _value(k: tuple[str, ...], v: tuple) -> Any:
             subscribed_topic_regex=regex,
             rebalance_timeout_ms=rebalance,
             server_assignor=assignor,
+            classic_member_metadata=meta,
         )
     if name == TARGET_META:
         return cls(assignment_epoch=v[0])
@@ -126,6 +135,17 @@ def tombstones(previous: Image) -> list[Record]:
     return [Record(k[0], _key(k), None) for k in keys]
 
 
+def _classic(m: ConsumerMember) -> tuple | None:
+    c = m.classic
+    return None if c is None else (c.session_timeout_ms, tuple((n, bytes(md)) for n, md in c.protocols))
+
+
+def _rclassic(c: Any) -> tuple | None:
+    if c is None:
+        return None
+    return (c.session_timeout_ms, tuple((e.name, bytes(e.metadata)) for e in c.supported_protocols))
+
+
 def _rparts(entries: Iterable[Any]) -> tuple:
     return _parts({e.topic_id: frozenset(e.partitions) for e in entries})
 
@@ -143,6 +163,7 @@ def _summary(name: str, v: Any) -> tuple:
             v.subscribed_topic_regex,
             v.rebalance_timeout_ms,
             v.server_assignor,
+            _rclassic(v.classic_member_metadata),
         )
     if name == TARGET_META:
         return (v.assignment_epoch,)
@@ -214,6 +235,11 @@ class ConsumerGroupReplayer:
                 v.rebalance_timeout_ms,
                 v.server_assignor,
             )
+            c = v.classic_member_metadata
+            m.classic = None
+            if c is not None:
+                protocols = [(e.name, bytes(e.metadata)) for e in c.supported_protocols]
+                m.classic = ClassicMeta(c.session_timeout_ms, protocols)
         elif name == CURRENT:
             if v is None:
                 return
