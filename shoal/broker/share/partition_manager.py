@@ -406,8 +406,9 @@ class SharePartitionManager:
                                 change.undo()
                             else:
                                 change.commit()
-                        if not error:
-                            self._dead_letter(entry, batches)
+                        # ARCHIVING kept by a failed expiry/release write would otherwise hold the start
+                        kept = [b for change, _, undo in group if not undo for b in change.batches]
+                        self._dead_letter(entry, kept if error else batches)
                     finally:
                         # Every request waiting on these changes is answered, whatever happened.
                         for _, future, _ in group:
