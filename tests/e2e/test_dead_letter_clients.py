@@ -110,18 +110,21 @@ def test_librdkafka_rejected_and_exhausted_records_carry_kafkas_headers_and_the_
     sc = share_consumer(broker.bootstrap, "g-d-rk")
     sc.subscribe(["d-rk"])
     try:
-        for m in poll_records(sc, 4):  # 0: reject; 1: release twice (the limit of 2); 2, 3: accept
-            sc.acknowledge(m, {0: AckType.REJECT, 1: AckType.RELEASE}.get(m.offset(), AckType.ACCEPT))
+        # 0: reject; 1: release twice (the limit of 2); 2: release, then reject on its last delivery; 3: accept
+        for m in poll_records(sc, 4):
+            sc.acknowledge(m, {0: AckType.REJECT, 3: AckType.ACCEPT}.get(m.offset(), AckType.RELEASE))
         sc.commit_sync(10)
-        (m,) = poll_records(sc, 1)
-        assert (m.offset(), m.delivery_count()) == (1, 2)
-        sc.acknowledge(m, AckType.RELEASE)
+        again = poll_records(sc, 2)
+        assert sorted((m.offset(), m.delivery_count()) for m in again) == [(1, 2), (2, 2)]
+        for m in again:
+            sc.acknowledge(m, AckType.RELEASE if m.offset() == 1 else AckType.REJECT)
         sc.commit_sync(10)
     finally:
         sc.close()
-    assert dead_letters(broker.bootstrap, "dlq.d-rk", 2) == [
+    assert dead_letters(broker.bootstrap, "dlq.d-rk", 3) == [
         (0, None, b"v0", expected_headers("d-rk", 0, 0, "g-d-rk", 1, REJECTED)),
         (0, None, b"v1", expected_headers("d-rk", 0, 1, "g-d-rk", 2, EXCEEDED)),
+        (0, None, b"v2", expected_headers("d-rk", 0, 2, "g-d-rk", 2, REJECTED)),
     ]
     assert acknowledged_up_to(broker.port, "g-d-rk") == [(4, 0)]
 

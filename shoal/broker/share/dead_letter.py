@@ -28,10 +28,11 @@ start with it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shoal.protocol.constants import REJECT
 from shoal.protocol.records import build_batch, iter_batches
 
 __all__ = [
@@ -39,8 +40,10 @@ __all__ = [
     "DELIVERY_COUNT_EXCEEDED",
     "HEADERS",
     "Archived",
+    "classify",
     "dead_letter_batches",
     "refusal",
+    "rejected_ranges",
 ]
 
 HEADERS = (
@@ -81,6 +84,49 @@ def refusal(name: str, *, exists: bool, opted_in: bool, auto_create: bool, prefi
     if prefix and not name.startswith(prefix):
         return f"topic {name} does not start with errors.deadletterqueue.topic.name.prefix {prefix!r}"
     return None
+
+
+def rejected_ranges(batches: Iterable[Any]) -> list[tuple[int, int]]:
+    """The offsets acknowledgement batches (first, last, types) REJECT, as (first, last) runs."""
+    out: list[tuple[int, int]] = []
+    for first, last, types in batches:
+        if len(types) == 1:
+            if types[0] == REJECT:
+                out.append((first, last))
+            continue
+        run = None
+        for i, t in enumerate(types):
+            if t == REJECT:
+                run = (run[0] if run else first + i, first + i)
+            elif run:
+                out.append(run)
+                run = None
+        if run:
+            out.append(run)
+    return out
+
+
+def classify(ranges: Iterable[tuple[int, int, int]], rejects: Sequence[tuple[int, int]], limit: int) -> list[Archived]:
+    """Split ARCHIVING (first, last, delivery count) ranges by cause: offsets a consumer REJECTed
+    (`rejects`, as noted when the acknowledgement came) are CLIENT_REJECT; the others reached the
+    delivery limit. Without a note (a re-drive after a restart) the count decides."""
+    out: list[Archived] = []
+    for first, last, count in ranges:
+        other = DELIVERY_COUNT_EXCEEDED if count >= limit else CLIENT_REJECT
+        cur = first
+        for a, b in sorted(rejects):
+            if b < cur or a > last:
+                continue
+            if a > cur:
+                out.append(Archived(cur, a - 1, count, other))
+            hi = min(b, last)
+            out.append(Archived(max(a, cur), hi, count, CLIENT_REJECT))
+            cur = hi + 1
+            if cur > last:
+                break
+        if cur <= last:
+            out.append(Archived(cur, last, count, other))
+    return out
 
 
 def _originals(log_data: Any, first: int, last: int) -> dict[int, tuple[Any, Any]]:

@@ -18,13 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
-from shoal.broker.share.dead_letter import (
-    CLIENT_REJECT,
-    DELIVERY_COUNT_EXCEEDED,
-    Archived,
-    dead_letter_batches,
-    refusal,
-)
+from shoal.broker.share.dead_letter import Archived, dead_letter_batches, refusal
 from shoal.protocol.records import BatchHeader, iter_batches
 
 __all__ = ["HOLD_POINT", "DeadLetterWriter"]
@@ -43,9 +37,9 @@ class DeadLetterWriter:
     def held(self) -> bool:
         return self.broker.faults.held(HOLD_POINT)
 
-    def archive(self, gid: str, source: Any, ranges: Sequence[tuple[int, int, int]], limit: int, settings: Any) -> int:
-        """Copy the (first, last, delivery count) ranges of partition `source` to group `gid`'s
-        dead-letter topic; `settings(name)` reads the group's configs. Returns the records written."""
+    def archive(self, gid: str, source: Any, ranges: Sequence[Archived], settings: Any) -> int:
+        """Copy the archived ranges of partition `source` to group `gid`'s dead-letter topic;
+        `settings(name)` reads the group's configs. Returns the records written."""
         if not ranges:
             return 0
         name = settings("errors.deadletterqueue.topic.name")
@@ -55,9 +49,7 @@ class DeadLetterWriter:
         copy = settings("errors.deadletterqueue.copy.record.enable")
         dest = target.partitions[source.index % len(target.partitions)]
         written = 0
-        for first, last, count in ranges:
-            message = DELIVERY_COUNT_EXCEEDED if count >= limit else CLIENT_REJECT
-            archived = Archived(first, last, count, message)
+        for archived in ranges:
             try:
                 for batch in self._batches(gid, source, archived, copy):
                     dest.append(batch, self.broker.clock.now_ms())

@@ -60,6 +60,7 @@ from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.partition.partition import LEADER_EPOCH, fetch_key
+from shoal.broker.share.dead_letter import classify, rejected_ranges
 from shoal.broker.share.dead_letter_writer import DeadLetterWriter
 from shoal.broker.share.session import ShareSessionCache
 from shoal.broker.share.share_metrics import count_acknowledged, count_expired
@@ -100,6 +101,7 @@ class Entry:
     persisted_start: int = -1  # the start offset the share coordinator holds
     bytes_per_record: float = 0.0  # log bytes per offset in the last read (0 = not read yet)
     slices: dict = field(default_factory=dict)  # base offset -> RecordIndex of large batches (record_limit)
+    rejects: list = field(default_factory=list)  # (first, last) REJECTed, ARCHIVING, not yet copied
 
 
 @dataclass(slots=True)
@@ -355,10 +357,13 @@ class SharePartitionManager:
         if bad:
             return int(bad), None
         if change.needs_write:
+            rejected = rejected_ranges(batches) if sp.archive_to == ARCHIVING else []
+            entry.rejects += rejected  # the dead-letter cause of these offsets (KIP-1191)
             future = asyncio.get_running_loop().create_future()
             self._enqueue(entry, change, future, undo=True)
             error = await future
             if error:
+                entry.rejects = [r for r in entry.rejects if r not in rejected]
                 return error, f"Persisting the acknowledgement failed: {ErrorCode(error).name}"
         else:
             self._wake(entry)
@@ -473,10 +478,10 @@ class SharePartitionManager:
             )
             return
         gid = entry.key[0]
+        archived = classify(ranges, entry.rejects, sp.delivery_count_limit)
+        entry.rejects = [(a, b) for a, b in entry.rejects if not any(f <= b and a <= z for f, z, _c in ranges)]
         try:
-            self.dead_letters.archive(
-                gid, entry.partition, ranges, sp.delivery_count_limit, lambda n: self.setting(gid, n)
-            )
+            self.dead_letters.archive(gid, entry.partition, archived, lambda n: self.setting(gid, n))
         except Exception:
             log.exception("share partition %s: dead-letter copy failed", entry.key)
         for first, last, _count in ranges:
