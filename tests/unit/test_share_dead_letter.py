@@ -69,6 +69,16 @@ def test_large_ranges_are_split_into_batches() -> None:
     assert len(batches) == 3 and len(records(batches)) == 1200
 
 
+def test_batches_stay_under_the_topics_max_message_bytes() -> None:
+    log = build_batch([(None, bytes(1000), [], 5) for _ in range(40)])
+    batches = list(dead_letter_batches("g", "t", 0, Archived(0, 39, 1, CLIENT_REJECT), 1, log, max_bytes=8000))
+    assert all(len(b) <= 8000 for b in batches) and len(records(batches)) == 40
+    assert [r[1] for r in records(batches)] == [bytes(1000)] * 40
+    # one record larger than the limit still goes (the append decides)
+    (one,) = dead_letter_batches("g", "t", 0, Archived(0, 0, 1, CLIENT_REJECT), 1, log, max_bytes=100)
+    assert len(one) > 100
+
+
 def test_rejected_runs_of_acknowledgement_batches() -> None:
     assert rejected_ranges([(0, 4, [REJECT]), (5, 9, [ACCEPT])]) == [(0, 4)]
     assert rejected_ranges([(0, 5, [REJECT, REJECT, ACCEPT, REJECT, RELEASE, REJECT])]) == [(0, 1), (3, 3), (5, 5)]

@@ -150,9 +150,12 @@ def dead_letter_batches(
     archived: Archived,
     now_ms: int,
     log_data: Any = None,
+    *,
+    max_bytes: int = 1 << 20,
 ) -> Iterator[bytes]:
     """The dead-letter batches of one archived range: a record per offset, with the original key
-    and value when `log_data` (raw log batches covering the range) is given and holds it."""
+    and value when `log_data` (raw log batches covering the range) is given and holds it. A batch
+    is kept under `max_bytes` (the topic's max.message.bytes) unless one record alone is larger."""
     originals = _originals(log_data, archived.first_offset, archived.last_offset) if log_data is not None else {}
     fixed = (
         topic.encode(),
@@ -168,7 +171,18 @@ def dead_letter_batches(
         key, value = originals.get(offset, (None, None))
         out.append((key, value, list(zip(HEADERS, values, strict=True)), now_ms))
         if len(out) >= BATCH_RECORDS:
-            yield build_batch(out)
+            yield from _fitted(out, max_bytes)
             out = []
     if out:
-        yield build_batch(out)
+        yield from _fitted(out, max_bytes)
+
+
+def _fitted(records: list, max_bytes: int) -> Iterator[bytes]:
+    """`records` as one batch, or halved until each part fits in `max_bytes`."""
+    batch = build_batch(records)
+    if len(batch) <= max_bytes or len(records) == 1:
+        yield batch
+        return
+    half = len(records) // 2
+    yield from _fitted(records[:half], max_bytes)
+    yield from _fitted(records[half:], max_bytes)

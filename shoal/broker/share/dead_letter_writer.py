@@ -51,7 +51,7 @@ class DeadLetterWriter:
         written = 0
         for archived in ranges:
             try:
-                for batch in self._batches(gid, source, archived, copy):
+                for batch in self._batches(gid, source, archived, copy, dest.settings["max.message.bytes"]):
                     dest.append(batch, self.broker.clock.now_ms())
                     written += BatchHeader.read(batch).records_count
                     self.broker.on_append(dest)
@@ -61,9 +61,10 @@ class DeadLetterWriter:
             self.broker.stats.share_counts(gid, source.topic.name).dead_lettered += written
         return written
 
-    def _batches(self, gid: str, source: Any, archived: Archived, copy: bool) -> Any:
+    def _batches(self, gid: str, source: Any, archived: Archived, copy: bool, max_bytes: int) -> Any:
+        name, index = source.topic.name, source.index
         if not copy:
-            yield from dead_letter_batches(gid, source.topic.name, source.index, archived, self.broker.clock.now_ms())
+            yield from dead_letter_batches(gid, name, index, archived, self.broker.clock.now_ms(), max_bytes=max_bytes)
             return
         first = archived.first_offset
         while first <= archived.last_offset:
@@ -78,7 +79,8 @@ class DeadLetterWriter:
             covered = _last_offset(data)
             if covered is not None and covered >= first:
                 part.last_offset = min(part.last_offset, covered)
-            yield from dead_letter_batches(gid, source.topic.name, source.index, part, self.broker.clock.now_ms(), data)
+            now = self.broker.clock.now_ms()
+            yield from dead_letter_batches(gid, name, index, part, now, data, max_bytes=max_bytes)
             first = part.last_offset + 1
 
     def _target(self, gid: str, name: str) -> Any:
