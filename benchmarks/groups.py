@@ -15,6 +15,11 @@ Prints, in one run:
     members (ConsumerGroupHeartbeat, each reporting what it holds) to reach
     Stable on a 200-partition topic, and ConsumerGroupHeartbeat/s of those
     100 members once stable;
+  * side by side, classic and consumer protocol (``side_by_side``, members in
+    benchmarks/group_protocols.py): 100 members to Stable, heartbeats/s of 100
+    stable members, assignment time for 1,000 members x 1,000 partitions (the
+    classic leader's in our client, the broker's for consumer groups), and the
+    pause in consumption capacity when a 101st member joins;
   * the server-side assignors alone (``assignment_time``, also runnable with
     --assignors-only): uniform and range for 1,000 members x 1,000 partitions,
     a fresh assignment and a sticky one after a member joins (goal < 50 ms).
@@ -293,6 +298,50 @@ async def consumer_protocol(port: int, members: int, seconds: float) -> tuple[fl
     return stable, rate
 
 
+def side_by_side(b: BrokerProcess, classic_stable: float, consumer_stable: float, consumer_hb: float,
+                 seconds: float) -> None:  # fmt: skip
+    """The classic and the consumer protocol in one table (members: benchmarks/group_protocols.py)."""
+    from benchmarks.group_protocols import (
+        classic_heartbeats,
+        classic_join_pause,
+        client_assignment_time,
+        consumer_join_pause,
+    )
+    from benchmarks.produce_fetch import create_topic
+
+    for t in ("bench-hb", "bench-pause-classic", "bench-pause-cg"):
+        create_topic(b.bootstrap, t, 200)
+
+    async def conn() -> Conn:
+        return await Conn.open(b.port)
+
+    classic_hb = asyncio.run(classic_heartbeats(conn, "bench-hb", 100, 200, seconds))
+    c_low, c_ms, c_lost = asyncio.run(classic_join_pause(conn, "bench-pause-classic", 100, 200))
+    k_low, k_ms, k_lost = asyncio.run(consumer_join_pause(conn, "bench-pause-cg", 100, 200))
+    client = client_assignment_time()
+    server = assignment_time(runs=3)
+    rows = [
+        ("100 members to a stable group", f"{classic_stable * 1000:.0f} ms", f"{consumer_stable * 1000:.0f} ms"),
+        ("heartbeats/s, 100 stable members", f"{classic_hb:.0f}", f"{consumer_hb:.0f}"),
+        ("assignment 1,000 x 1,000, fresh",
+         f"range {client['range fresh']:.0f} ms, coop-sticky {client['cooperative-sticky fresh']:.0f} ms",
+         f"uniform {server['uniform fresh']:.1f} ms, range {server['range fresh']:.1f} ms"),
+        ("assignment 1,000 x 1,000, +1 member",
+         f"range {client['range +1 member']:.0f} ms, coop-sticky {client['cooperative-sticky +1 member']:.0f} ms",
+         f"uniform {server['uniform sticky (+1 member)']:.1f} ms, range {server['range sticky (+1 member)']:.1f} ms"),
+        ("join of a 101st member: lowest capacity", f"{c_low:.1f} %", f"{k_low:.1f} %"),
+        ("  capacity below 100 % for", f"{c_ms:.0f} ms", f"{k_ms:.0f} ms"),
+        ("  partition-seconds lost (of 200)", f"{c_lost:.2f}", f"{k_lost:.2f}"),
+    ]  # fmt: skip
+    print()
+    print(f"{'':42s} {'classic (eager, range)':>44s}   {'consumer (KIP-848)':>36s}")
+    for name, classic, consumer in rows:
+        print(f"{name:42s} {classic:>44s}   {consumer:>36s}")
+    print("(classic assignment: the leader's, in our client; consumer: the broker's. Capacity: share of the")
+    print(" 200 partitions owned by some member, sampled every 5 ms; records/s is proportional to it.)")
+    print()
+
+
 def print_assignors() -> None:
     for name, ms in assignment_time().items():
         print(f"assignor {name:24s} 1,000 members x 1,000 partitions: {ms:7.1f} ms  (goal < 50 ms)")
@@ -307,7 +356,15 @@ def main() -> None:
         print_assignors()
         return
     with tempfile.TemporaryDirectory(prefix="shoal-bench-groups-") as tmp:
-        b = BrokerProcess(Path(tmp) / "data", ["group.initial.rebalance.delay.ms=0", "num.partitions=1"])
+        b = BrokerProcess(
+            Path(tmp) / "data",
+            [
+                "group.initial.rebalance.delay.ms=0",
+                "num.partitions=1",
+                "group.consumer.min.heartbeat.interval.ms=500",
+                "group.consumer.heartbeat.interval.ms=500",
+            ],
+        )
         b.start()
         try:
             from benchmarks.produce_fetch import create_topic
@@ -327,6 +384,7 @@ def main() -> None:
             stable, rate = asyncio.run(consumer_protocol(b.port, 100, 2.0 if args.quick else 5.0))
             print(f"100 KIP-848 members reach Stable:           {stable * 1000:8.1f} ms")
             print(f"ConsumerGroupHeartbeat, 100 stable members: {rate:8.0f} /s")
+            side_by_side(b, elapsed, stable, rate, 2.0 if args.quick else 5.0)
         finally:
             b.stop()
     n = 100_000 if args.quick else 1_000_000

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import threading
@@ -289,7 +290,13 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated scenario names")
     ap.add_argument("--quick", action="store_true", help="32-member rows only, 2 s each")
     ap.add_argument("--profile", default="", help="py-spy the broker over all rows into this raw file; print its top")
+    ap.add_argument("--stalls", default="", help="watch the broker's loop for stalls (stall_watch.py); report file")
     args = ap.parse_args()
+    if args.stalls:  # the broker child imports stall_hook/sitecustomize.py, which starts the watcher
+        os.environ["SHOAL_STALL_WATCH"] = os.path.abspath(args.stalls)
+        os.environ["PYTHONPATH"] = (
+            str(ROOT / "benchmarks" / "stall_hook") + os.pathsep + os.environ.get("PYTHONPATH", "")
+        )
     rows = scenarios(args.quick)
     if args.only:
         rows = [s for s in rows if s.name in set(args.only.split(","))]
@@ -337,6 +344,8 @@ def main() -> None:
             b.stop()
         if spy is not None:
             summarize_profile(args.profile, 25)
+        if args.stalls and os.path.exists(args.stalls):
+            print(Path(args.stalls).read_text(), end="")
 
 
 if __name__ == "__main__":

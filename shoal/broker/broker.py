@@ -152,9 +152,11 @@ class Broker:
 
     async def _start_ops(self) -> None:
         """The operations listener first: /health/live answers (and ready says 503) while logs recover."""
+        from shoal.broker.console.routes import install
         from shoal.broker.metrics.http import OpsServer
 
-        self.ops = OpsServer(self, self.stats, tuple(self.config.get("shoal.http.listeners") or ()))
+        listeners = tuple(self.config.get("shoal.http.listeners") or ())
+        self.ops = OpsServer(self, self.stats, listeners, pages=install)
         await self.ops.start()
 
     async def _start(self) -> None:

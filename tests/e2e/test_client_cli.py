@@ -622,14 +622,15 @@ def test_consume_format_and_exit_at_end(broker, topic_name) -> None:
 
 
 def test_consume_timeout_counts_from_the_assignment_not_the_join(tmp_path, topic_name) -> None:
-    """The group's join waits group.initial.rebalance.delay.ms (2 s here): --timeout-ms 1000 used
-    to run out during the join and print nothing."""
-    b = BrokerProcess(tmp_path / "data", (*FAST[:2], "group.initial.rebalance.delay.ms=2000")).start()
+    """The group's join waits group.initial.rebalance.delay.ms (5 s here): --timeout-ms 3000 used
+    to run out during the join and print nothing. (With 1 s, a loaded CI machine once took longer
+    than that from the assignment to the first fetched records.)"""
+    b = BrokerProcess(tmp_path / "data", (*FAST[:2], "group.initial.rebalance.delay.ms=5000")).start()
     try:
         assert shoal("topics", "create", topic_name, b=b)[0] == 0
         produce(b, topic_name, 4)
         rc, out, err = shoal(
-            "consume", topic_name, "--group", "slow-join", "--from-beginning", "--timeout-ms", "1000", b=b, timeout=90
+            "consume", topic_name, "--group", "slow-join", "--from-beginning", "--timeout-ms", "3000", b=b, timeout=90
         )
         assert rc == 0 and out.splitlines() == [f"v{i}" for i in range(4)], err
     finally:

@@ -164,7 +164,7 @@ def test_every_verb_takes_bootstrap_server_and_every_list_and_describe_takes_out
     for area, area_parser in areas.choices.items():
         verb_parsers = (
             {area: area_parser}
-            if area in ("produce", "consume", "share-consume")
+            if area in ("produce", "consume", "share-consume", "mirror")
             else next(a for a in area_parser._actions if a.dest == "verb").choices
         )
         for verb, vp in verb_parsers.items():

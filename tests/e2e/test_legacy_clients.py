@@ -19,8 +19,6 @@ def test_old_kafka_python_round_trip(shared_broker, topic_name, api_version, cod
     from kafka import KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTP
 
-    if api_version == (0, 9) and codec == "lz4":
-        pytest.skip("kafka-python writes magic 0 lz4 only with the optional xxhash package")
     bs = shared_broker.bootstrap
     create_topic(bs, topic_name, 1)
     timestamps = api_version >= (0, 10)  # magic 1 and up carry them

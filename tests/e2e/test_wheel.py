@@ -55,6 +55,7 @@ def test_the_wheel_holds_only_the_shoal_package(installed) -> None:
         names = set(z.namelist())
     assert "shoal/schemas/ProduceRequest.json" in names
     assert "shoal/testing/pytest_plugin.py" in names and "shoal/broker/handlers/produce.py" in names
+    assert {"shoal/broker/console/static/console.js", "shoal/broker/console/static/console.css"} <= names
 
 
 def test_imports_and_console_scripts_from_the_installed_wheel(installed, tmp_path) -> None:

@@ -141,8 +141,9 @@ def test_sticky_user_data_v1_and_v0() -> None:
     a.on_assignment(parts, 9)
     assert decode_user_data(a.subscription_user_data(["t"])) == (parts, 9)
     assert [x.name for x in make_assignors(["roundrobin", "sticky", "range"])] == ["roundrobin", "sticky", "range"]
+    assert [x.name for x in make_assignors(["cooperative-sticky"])] == ["cooperative-sticky"]
     with pytest.raises(ValueError):
-        make_assignors(["cooperative-sticky"])
+        make_assignors(["no-such-assignor"])
 
 
 # -- range (Kafka's RangeAssignorTest) ------------------------------------------------------------

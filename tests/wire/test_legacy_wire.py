@@ -137,6 +137,17 @@ def test_list_offsets_v0(broker) -> None:
         assert ask(0, 10) == []  # nothing modified at or before the epoch
 
 
+def test_metadata_v0_with_no_topics_lists_every_topic(broker) -> None:
+    """v0 has no null list: an empty one means every topic (kafka-python 0.8/0.9 sends it before
+    it subscribes, then waited five minutes when the answer named none); v1+ keep empty = none."""
+    M = api_by_name("Metadata").request_class()
+    with RawClient(broker.port) as c:
+        assert create(c, "legacy-md").error_code == 0
+        assert "legacy-md" in {t.name for t in c.call("Metadata", 0, M(topics=[])).topics}
+        assert c.call("Metadata", 1, M(topics=[])).topics == []
+        assert "legacy-md" in {t.name for t in c.call("Metadata", 1, M(topics=None)).topics}
+
+
 def test_kafka4_table_advertised_and_enforced(broker_factory) -> None:
     b = broker_factory("shoal.legacy.api.versions.enable=false")
     b.start()

@@ -23,7 +23,8 @@ Settings written in several units follow Kafka's precedence: log.retention.ms
 log.flush.interval.ms falls back to log.flush.scheduler.interval.ms. Durability
 differs on purpose: while log.flush.interval.ms is unset (the default), Shoal,
 which has no replicas to lean on, fsyncs a partition before it acknowledges an
-acks=-1 produce (``BrokerConfig.fsync_acks_all``).
+acks=-1 produce (``BrokerConfig.fsync_acks_all``); the coordinators' writes
+(__consumer_offsets, __share_group_state) follow the same rule.
 """
 
 from __future__ import annotations

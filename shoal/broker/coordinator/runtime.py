@@ -10,6 +10,14 @@ awaiting form):
     replay the same records into the shard
     answer `result` once the append is durable (group-committed fsync)
 
+Durable means what it means for an acks=-1 produce: fsynced while
+log.flush.interval.ms is unset (Shoal's default, ``fsync_acks_all``), and
+written to the log (the page cache) once the user chose periodic flushing;
+the internal topic is then fsynced by the flush settings like any other.
+That is Kafka's behaviour: its coordinators append to their partition's
+leader and answer when the high watermark passes the batch, with no fsync of
+their own (on one broker that is at once).
+
 The records an operation returns are the whole durable change: a restart
 replays them and nothing else. For committed offsets and share-partition
 state the operation only validates, and memory changes by replay alone.
@@ -89,6 +97,8 @@ class CoordinatorRuntime:
         self._load_task: asyncio.Task | None = None
         self.loaded = asyncio.Event()
         self.load_ms: dict[int, float] = {}  # partition -> ms its latest load (replay) took, for /metrics
+        # Writes wait for an fsync only while acks=-1 produces do (log.flush.interval.ms unset).
+        self._fsync: bool = bool(getattr(broker.config, "fsync_acks_all", True))
 
     # -- start-up --------------------------------------------------------------
     def start(self) -> None:
@@ -263,6 +273,8 @@ class CoordinatorRuntime:
             version = r.value_version if r.value_version is not None else serde.latest_value_version(r.name)
             shard.replay(CoordinatorRecord(rt, r.key, r.value, version), info.first_offset + i)
         self.broker.on_append(partition)
+        if not self._fsync:
+            return _written()
         return _normalized(self.broker.flusher.flush(partition.log, info.last_offset + 1))
 
     def barrier(self, p: int) -> asyncio.Future | None:
@@ -271,11 +283,20 @@ class CoordinatorRuntime:
         A read-only operation answers after this, so it never reports state
         whose records a crash could still lose.
         """
+        if not self._fsync:
+            return None
         log_ = self.partition(p).log
         end = log_.log_end_offset
         if log_.recovery_point >= end:
             return None
         return self.broker.flusher.flush(log_, end)
+
+
+def _written() -> asyncio.Future:
+    """A write that is durable once appended (periodic flushing): already done."""
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(None)
+    return fut
 
 
 def _normalized(durable: asyncio.Future) -> asyncio.Future:

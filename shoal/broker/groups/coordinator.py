@@ -331,6 +331,17 @@ class GroupCoordinator:
             raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a classic group.")
         return p, shard
 
+    def _route_any(self, gid: str) -> tuple[int, GroupShard]:
+        """The shard holding `gid`'s offsets whatever the group's protocol, classic or consumer
+        (a share group's id is GROUP_ID_NOT_FOUND: it commits no offsets here)."""
+        if not gid:
+            raise ErrorAnswer(ErrorCode.INVALID_GROUP_ID)
+        p = self.runtime.partition_of(gid)
+        shard = self.runtime.shard(p)
+        if gid in shard.share_groups:
+            raise ErrorAnswer(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is a share group.")
+        return p, shard
+
     async def join(self, gid: str, params: JoinParams) -> Any:
         from shoal.broker.groups.classic import JoinResult
 
@@ -413,11 +424,18 @@ class GroupCoordinator:
         instance_id: str | None,
         offsets: list[tuple[str, int, int, int, str | None]],
         api_version: int = 9,
+        commit_timestamps: list[int] | None = None,
     ) -> tuple[int, list[int]]:
-        """offsets: (topic, partition, offset, leader_epoch, metadata). Returns (group error, per-offset errors)."""
+        """offsets: (topic, partition, offset, leader_epoch, metadata). Returns (group error, per-offset errors).
+
+        A v0 commit names no member: it is taken whatever the group's state, as Kafka 3.x took it
+        (into ZooKeeper, outside the group). `commit_timestamps` (v1) gives each offset's commit
+        time, -1 for the broker's clock; the time is what retention counts from."""
         p = self.runtime.partition_of(gid) if gid else -1
         cg = self.runtime.shard(p).consumer_groups.get(gid) if gid else None
-        if cg is not None:
+        if api_version == 0:
+            p, _ = self._route_any(gid)
+        elif cg is not None:
             error = self.consumer.validate_commit(cg, member_id, generation, api_version)
             if error:
                 return error, [error] * len(offsets)
@@ -431,9 +449,11 @@ class GroupCoordinator:
                 self.after(p, group)
         now = self.broker.clock.now_ms()
         accepted: list[tuple[str, int, int, int, str | None]] = []
+        stamps: list[int] = []
         errors = []
         topics = self.broker.topics
-        for topic, partition, offset, epoch, metadata in offsets:
+        given = commit_timestamps if commit_timestamps is not None else [-1] * len(offsets)
+        for (topic, partition, offset, epoch, metadata), stamp in zip(offsets, given):
             if metadata is not None and len(metadata.encode()) > self.settings.offset_metadata_max_bytes:
                 errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
                 continue
@@ -442,7 +462,8 @@ class GroupCoordinator:
                 continue
             errors.append(ErrorCode.NONE)
             accepted.append((topic, partition, offset, epoch, metadata))
-        await self.runtime.write(p, lambda shard: shard.commit_offsets(gid, accepted, now))
+            stamps.append(now if stamp == -1 else stamp)
+        await self.runtime.write(p, lambda shard: shard.commit_offsets(gid, accepted, now, stamps))
         return ErrorCode.NONE, errors
 
     def fetch_offsets(

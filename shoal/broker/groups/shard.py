@@ -266,10 +266,17 @@ class GroupShard:
 
     # -- offsets -----------------------------------------------------------------
     def commit_offsets(
-        self, gid: str, offsets: Iterable[tuple[str, int, int, int, str | None]], now_ms: int
+        self,
+        gid: str,
+        offsets: Iterable[tuple[str, int, int, int, str | None]],
+        now_ms: int,
+        stamps: list[int] | None = None,
     ) -> tuple[list[Record], None]:
-        """OffsetCommit (validated by the caller): (topic, partition, offset, leader epoch, metadata)."""
-        return [self.commit_record(gid, t, p, o, e, m, now_ms) for t, p, o, e, m in offsets], None
+        """OffsetCommit (validated by the caller): (topic, partition, offset, leader epoch, metadata);
+        `stamps` the commit time of each (OffsetCommit v1 lets the client give it), else now."""
+        offsets = list(offsets)
+        times = stamps if stamps is not None else [now_ms] * len(offsets)
+        return [self.commit_record(gid, t, p, o, e, m, at) for (t, p, o, e, m), at in zip(offsets, times)], None
 
     def delete_offsets(self, gid: str, partitions: Iterable[tuple[str, int]]) -> tuple[list[Record], None]:
         """OffsetDelete (checked by the caller): tombstones for the committed ones."""

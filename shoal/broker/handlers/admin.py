@@ -31,6 +31,7 @@ from shoal.broker.config.settings import (
     TOPIC_CONFIGS,
     ConfigDef,
     ConfigError,
+    ConfigSource,
     ConfigType,
     describe_topic_configs,
     validate_topic_configs,
@@ -328,6 +329,9 @@ def handle_describe_configs(broker: Broker, ctx: RequestContext, req: messages.D
                 value=None if e.sensitive else e.value,
                 read_only=e.read_only,
                 config_source=e.source.kafka_id,
+                # v0 has no source, only whether the value is the default (Kafka 2.x set it so;
+                # its clients read it back as DEFAULT_CONFIG).
+                is_default=e.source == ConfigSource.DEFAULT if ctx.api_version == 0 else False,
                 is_sensitive=e.sensitive,
                 synonyms=[
                     cls.DescribeConfigsSynonym(name=s.name, value=s.value, source=s.source.kafka_id) for s in e.synonyms

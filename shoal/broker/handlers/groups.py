@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
@@ -221,6 +222,7 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: message
     by_id = ctx.api_version >= 10
     may_read = TopicChecks(broker, ctx, READ) if broker.authorizer is not None else None
     wanted: list[tuple[str, int, int, int, str | None]] = []
+    stamps: list[int] = []  # v1: each partition's commit time (-1: the broker's clock)
     names: list[tuple[Any, Any]] = []  # every partition of the request, in order
     committed: list[tuple[Any, Any]] = []  # those sent to the coordinator
     unknown_ids = set()
@@ -240,6 +242,7 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: message
                 continue
             committed.append((t, p))
             wanted.append((name, p.partition_index, p.committed_offset, p.committed_leader_epoch, p.committed_metadata))
+            stamps.append(p.commit_timestamp)
     bad = id_error(req.group_id, req.member_id, req.group_instance_id)
     if bad is not None:
         errors = [bad[0]] * len(wanted)
@@ -254,6 +257,7 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, req: message
                 req.group_instance_id,
                 wanted,
                 ctx.api_version,
+                stamps if ctx.api_version == 1 else None,
             )
         except ErrorAnswer as e:  # not (or not yet) the coordinator, a share group's id, a refused write
             errors = [e.code] * len(wanted)
@@ -318,6 +322,17 @@ def handle_offset_fetch(broker: Broker, ctx: RequestContext, req: messages.Offse
             ],
         )
     gid, error, found, hidden = results[0]
+    if error and v < 2 and groups[0][1] is not None:
+        # no top-level error before v2: Kafka puts it on every partition asked for
+        found = {(n, i): None for n, parts in groups[0][1] for i in parts}
+        answered = _fetched_topics(cls, broker, found, v, False)
+        for tr in answered:
+            for pr in tr.partitions:
+                pr.error_code = error
+        return cls(throttle_time_ms=0, error_code=error, topics=answered)
+    if v == 0:
+        # Kafka 3.x read v0 offsets from ZooKeeper, which kept no metadata: v0 answers an empty one
+        found = {k: None if c is None else dataclasses.replace(c, metadata="") for k, c in found.items()}
     answered = _fetched_topics(cls, broker, found, v, False) + _hidden(cls, broker, hidden, v, False)
     return cls(throttle_time_ms=0, error_code=error, topics=answered)
 

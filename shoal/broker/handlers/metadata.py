@@ -92,7 +92,8 @@ def handle_metadata(broker: Broker, ctx: RequestContext, req: messages.MetadataR
     # DESCRIBE on each topic, as Kafka: a listing of all topics leaves out what the caller may not
     # describe; a topic asked for by name is refused without saying whether it exists.
     may = TopicChecks(broker, ctx, DESCRIBE) if broker.authorizer is not None else None
-    if req.topics is None:
+    # v0 has no null list: an empty one asks for every topic (Kafka's MetadataRequest.isAllTopics)
+    if req.topics is None or (ctx.api_version == 0 and not req.topics):
         out = [topic_metadata(broker, t, cls) for t in topics if may is None or may.ok(t.name)]
     else:
         allow_create = broker.config.get("auto.create.topics.enable") and (

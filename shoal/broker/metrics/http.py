@@ -1,4 +1,5 @@
-"""The operations HTTP listener (``shoal.http.listeners``): /metrics, /health/live, /health/ready.
+"""The operations HTTP listener (``shoal.http.listeners``): /metrics, /health/live, /health/ready,
+and the pages the broker adds (the read-only web console under /console, ``shoal.broker.console``).
 
 It runs on the broker's own event loop (aiohttp), so a scrape reads the
 broker's state between requests without locks, and it lives and dies with the
@@ -14,7 +15,7 @@ sampler (``idle.py``): a timer on the loop that takes one reading per
 
 Authentication follows the broker's: with SASL users configured (PLAIN users in a
 JAAS setting, or SCRAM credentials), /metrics asks for HTTP basic auth against the
-same users and passwords, and with an authorizer the user also needs DESCRIBE on the
+same users and passwords (so do the console's pages), and with an authorizer the user also needs DESCRIBE on the
 CLUSTER (metrics name every topic and group). The health endpoints stay open: they
 say only "up" or "ready", and orchestrators' probes (Docker, Kubernetes) call them
 without credentials.
@@ -27,6 +28,7 @@ import base64
 import binascii
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from aiohttp import web
@@ -54,8 +56,15 @@ def parse_http_listener(url: str) -> tuple[str, int]:
 class OpsServer:
     """The HTTP listener of one broker."""
 
-    def __init__(self, broker: Any, stats: BrokerStats, listeners: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        broker: Any,
+        stats: BrokerStats,
+        listeners: tuple[str, ...],
+        pages: Callable[[web.Application, Any], None] | None = None,
+    ) -> None:
         self.broker = broker
+        self.pages = pages  # adds more GET routes (the web console) behind the same authentication
         self.listeners = listeners
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(broker, stats, idle=self.idle))
@@ -73,6 +82,8 @@ class OpsServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health/live", self._live)
         app.router.add_get("/health/ready", self._ready)
+        if self.pages is not None:
+            self.pages(app, self.broker)
         self._busy = BusyClock()  # here, on the loop thread: it reads the thread that opens it
         self._sample()
         runner = web.AppRunner(app, access_log=None, handle_signals=False)

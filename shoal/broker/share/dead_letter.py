@@ -39,6 +39,7 @@ __all__ = [
     "CLIENT_REJECT",
     "DELIVERY_COUNT_EXCEEDED",
     "HEADERS",
+    "HEADER_PREFIX",
     "Archived",
     "classify",
     "dead_letter_batches",
@@ -46,6 +47,7 @@ __all__ = [
     "rejected_ranges",
 ]
 
+HEADER_PREFIX = "__dlq.errors."
 HEADERS = (
     "__dlq.errors.topic",
     "__dlq.errors.partition",

@@ -32,14 +32,16 @@ it what it cannot have itself:
 * **Durability.** Every change except acquisition and RENEW is written with
   WriteShareGroupState before anyone is answered. The core requires the
   writes of one share partition to be sent and committed in the order its
-  Changes were made, so each share partition has one write queue drained by
-  one task; what queued up while a write was in flight goes in the next one
-  write (ranges overlaid in order, the furthest start), so members acking
-  one partition share a write and its sync instead of waiting in line. A
-  failed acknowledgement write undoes the in-memory change
-  (``Change.undo``) and the member gets the error; lock expiries and
-  releases are kept even when their write fails (as Kafka does), and the
-  next write carries the state again.
+  Changes were made, so each share partition has one ordered write pipeline
+  (``write_pipeline``, sans-IO): what queued up goes in one write (ranges
+  overlaid in order, the furthest start), so members acking one partition
+  share a write and its sync, and the next write is appended while the
+  previous one's fsync runs, so an acknowledgement waits for one sync round,
+  not for the round in front of it as well. Writes settle in order. A
+  failed acknowledgement write undoes the in-memory change (``Change.undo``,
+  with every later write in flight, newest first) and the member gets the
+  error; lock expiries and releases are kept even when their write fails
+  (as Kafka does), and the next write carries the state again.
 * **Lock timers.** One timer task per share partition, at the core's
   earliest lock deadline; expiry writes the releases and wakes waiting
   fetches.
@@ -53,7 +55,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,7 +66,7 @@ from shoal.broker.share.dead_letter_writer import DeadLetterWriter
 from shoal.broker.share.session import ShareSessionCache
 from shoal.broker.share.share_metrics import count_acknowledged, count_expired
 from shoal.broker.share.share_partition import SharePartition
-from shoal.broker.share_coordinator.shard import merge_batches
+from shoal.broker.share.write_pipeline import Group, WritePipeline
 from shoal.broker.timing.wheel import TimerTask
 from shoal.protocol.constants import ARCHIVED, ARCHIVING
 from shoal.protocol.errors import ErrorCode
@@ -77,7 +78,6 @@ log = logging.getLogger("shoal.share.partitions")
 
 READ_CHUNK = 1 << 20  # the first log read of a share partition (its bytes per record unknown)
 READ_MIN = 16 << 10  # smallest later read: what MaxRecords can use, never less than this
-WRITE_COALESCE_BATCHES = 1000  # queued changes share one write while their ranges stay under this
 START_RETRY_S = 1.0  # a failed write of a moved start offset is tried again this much later
 # record_limit: a batch this large (bytes, or records the client would decode) of which a fetch
 # acquired under half the records is sent as a batch of just those records
@@ -96,8 +96,9 @@ class Entry:
     sp: SharePartition | None = None
     loading: asyncio.Future | None = None
     timer: TimerTask | None = None
-    writes: deque = field(default_factory=deque)  # (change, future | None, undo on failure)
-    writer: asyncio.Task | None = None
+    pipe: WritePipeline = field(default_factory=WritePipeline)  # this share partition's state writes
+    pump_soon: bool = False  # a _pump is scheduled (changes of one loop turn share a write)
+    start_backoff: bool = False  # a write of the start offset alone failed: retried after START_RETRY_S
     persisted_start: int = -1  # the start offset the share coordinator holds
     bytes_per_record: float = 0.0  # log bytes per offset in the last read (0 = not read yet)
     slices: dict = field(default_factory=dict)  # base offset -> RecordIndex of large batches (record_limit)
@@ -115,6 +116,7 @@ class SharePartitionManager:
         self.broker = broker
         self.entries: dict[PartitionKey, Entry] = {}
         self.sessions = ShareSessionCache(broker.config.get("group.share.max.share.sessions"))
+        self.closed = False  # close() ran: no more writes are sent
         self.dead_letters = DeadLetterWriter(broker)
         configs = getattr(broker, "group_configs", None)
         if configs is not None:
@@ -372,12 +374,14 @@ class SharePartitionManager:
         )
         return 0, None
 
-    # -- the write queue -------------------------------------------------------------
+    # -- the write pipeline -----------------------------------------------------------
     def _enqueue(self, entry: Entry, change: Any, future: asyncio.Future | None, *, undo: bool) -> None:
-        """Queue a change's write (in creation order); one task per share partition drains it."""
-        entry.writes.append((change, future, undo))
-        if entry.writer is None:
-            entry.writer = asyncio.get_running_loop().create_task(self._drain(entry))
+        """Queue a change's write (in creation order); sent at the end of this loop turn, so the
+        changes of one turn share a write."""
+        entry.pipe.add(change, future, undo=undo)
+        if not entry.pump_soon:
+            entry.pump_soon = True
+            asyncio.get_running_loop().call_soon(self._pump, entry)
 
     def _submit(self, entry: Entry, change: Any) -> None:
         """A change nobody waits for (lock expiry, member release): written in the background."""
@@ -386,84 +390,100 @@ class SharePartitionManager:
         else:
             self._wake(entry)
 
-    async def _drain(self, entry: Entry) -> None:
-        sp = entry.sp
-        assert sp is not None
-        retry = False
-        try:
-            while True:
-                while entry.writes:
-                    # Everything queued goes in one write: each member's acknowledgement would
-                    # otherwise wait for the writes (and syncs) of all those queued before it.
-                    group = [entry.writes.popleft()]
-                    batches = list(group[0][0].batches)
-                    while entry.writes and len(batches) < WRITE_COALESCE_BATCHES:
-                        group.append(entry.writes.popleft())
-                        batches = merge_batches(batches, group[-1][0].batches, -1)
-                    start = max(change.start_offset for change, _, _ in group)
-                    error = int(ErrorCode.UNKNOWN_SERVER_ERROR)  # what waiters hear if this raises
-                    try:
-                        error = await self._write(entry, start, batches, group[-1][0].delivery_complete_count)
-                        # Commits in the order the changes were made; a failed write is taken
-                        # back newest first (each undo restores what its change found).
-                        for change, _, undo in reversed(group) if error else group:
-                            if error and undo:
-                                change.undo()
-                            else:
-                                change.commit()
-                        # ARCHIVING kept by a failed expiry/release write would otherwise hold the start
-                        kept = [b for change, _, undo in group if not undo for b in change.batches]
-                        self._dead_letter(entry, kept if error else batches)
-                    finally:
-                        # Every request waiting on these changes is answered, whatever happened.
-                        for _, future, _ in group:
-                            if future is not None and not future.done():
-                                future.set_result(error)
-                    self._wake(entry)
-                # Changes made while an earlier one was pending report "start unchanged"; once
-                # they are all committed the start may have moved further than any write said.
-                if sp.start_offset <= entry.persisted_start:
-                    break
-                if await self._write(entry, sp.start_offset, [], sp.delivery_complete_count()):
-                    retry = not entry.writes  # queued changes carry on at once; else try again later
-                    if retry:
-                        break
-        finally:
-            entry.writer = None
-        if retry and self.entries.get(entry.key) is entry:
-            # The durable start must still reach the in-memory one (everything up to the high
-            # watermark acknowledged, with only this write missing, showed lag 0 at a stale start).
-            asyncio.get_running_loop().call_later(START_RETRY_S, self._persist_start, entry)
+    def _pump(self, entry: Entry) -> None:
+        """Send what the pipeline allows now; when it is idle, catch the durable start up."""
+        entry.pump_soon = False
+        if self.closed:
+            return
+        while (group := entry.pipe.next_group()) is not None:
+            self._send(entry, group)
+        if entry.pipe.idle:
+            self._persist_start(entry)
 
-    def _persist_start(self, entry: Entry) -> None:
-        """Write the start offset if memory moved it past the durable one with no Change to carry it
-        (records skipped while reading, a log start that moved, a follow-up write that failed)."""
-        sp = entry.sp
-        if (
-            sp is not None
-            and entry.writer is None
-            and self.entries.get(entry.key) is entry
-            and sp.start_offset > entry.persisted_start
-        ):
-            entry.writer = asyncio.get_running_loop().create_task(self._drain(entry))
+    def _send(self, entry: Entry, group: Group) -> None:
+        """Append one write now (WriteShareGroupState, in process); settle it when it is durable.
 
-    async def _write(self, entry: Entry, start: int, batches: list, complete: int) -> int:
-        """One WriteShareGroupState for this share partition; the error code (0 on success)."""
+        A done-callback rather than a task awaiting it: each future or task between the
+        flusher and the member's answer is one more loop turn, and a loaded loop's turn
+        costs milliseconds."""
         sc = self.broker.share_coordinator
         sp = entry.sp
         assert sp is not None
+        if sc is None:
+            self._settle(entry, entry.pipe.finished(group, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return
         gid, tid, index = entry.key
-        error: int = ErrorCode.COORDINATOR_NOT_AVAILABLE
         try:
-            if sc is not None:
-                error = await sc.write(gid, tid, index, sp.state_epoch, LEADER_EPOCH, start, batches, complete)
+            outcome = sc.submit_write(
+                gid,
+                tid,
+                index,
+                sp.state_epoch,
+                LEADER_EPOCH,
+                group.start_offset,
+                group.batches,
+                group.delivery_complete_count,
+            )
         except Exception as e:  # noqa: BLE001 - a write that raised failed
             log.error("share partition %s: write raised %r", entry.key, e)
-        if error:
-            log.warning("share partition %s: state write failed: %s", entry.key, ErrorCode(error).name)
-        elif start >= 0:
-            entry.persisted_start = max(entry.persisted_start, start)
-        return int(error)
+            self._settle(entry, entry.pipe.finished(group, ErrorCode.UNKNOWN_SERVER_ERROR))
+            return
+        if outcome.done():
+            self._written(entry, group, outcome)
+        else:
+            outcome.add_done_callback(lambda f: self._written(entry, group, f))
+
+    def _written(self, entry: Entry, group: Group, outcome: asyncio.Future) -> None:
+        error: int = ErrorCode.NOT_COORDINATOR  # cancelled: the broker is closing, nobody is told "durable"
+        if not outcome.cancelled():
+            error = int(outcome.result()[0])
+        self._settle(entry, entry.pipe.finished(group, error))
+
+    def _settle(self, entry: Entry, settled: list[Group]) -> None:
+        """Answer the waiters of writes that settled (oldest first) and send what may go next."""
+        for group in settled:
+            if group.error:
+                log.warning("share partition %s: state write failed: %s", entry.key, ErrorCode(group.error).name)
+                if all(isinstance(p.change, _StartWrite) for p in group.items):
+                    self._back_off_start(entry)
+                # ARCHIVING kept by a failed expiry/release write would otherwise hold the start
+                self._dead_letter(entry, [b for p in group.items if not p.undo for b in p.change.batches])
+            else:
+                if group.start_offset >= 0:
+                    entry.persisted_start = max(entry.persisted_start, group.start_offset)
+                self._dead_letter(entry, group.batches)
+            # Every request waiting on these changes is answered, whatever happened.
+            for p in group.items:
+                if p.waiter is not None and not p.waiter.done():
+                    p.waiter.set_result(group.error)
+        if settled:
+            self._wake(entry)
+            self._pump(entry)
+
+    def _persist_start(self, entry: Entry) -> None:
+        """Write the start offset if memory moved it past the durable one with no Change to carry it
+        (records skipped while reading, a log start that moved, changes made while an earlier one
+        was pending, which report "start unchanged", a follow-up write that failed)."""
+        sp = entry.sp
+        if (
+            sp is not None
+            and entry.pipe.idle
+            and not entry.start_backoff
+            and self.entries.get(entry.key) is entry
+            and sp.start_offset > entry.persisted_start
+        ):
+            self._enqueue(entry, _StartWrite(sp.start_offset, [], sp.delivery_complete_count()), None, undo=False)
+
+    def _back_off_start(self, entry: Entry) -> None:
+        # The durable start must still reach the in-memory one (everything up to the high
+        # watermark acknowledged, with only this write missing, showed lag 0 at a stale start).
+        entry.start_backoff = True
+
+        def retry() -> None:
+            entry.start_backoff = False
+            self._persist_start(entry)
+
+        asyncio.get_running_loop().call_later(START_RETRY_S, retry)
 
     def _dead_letter(self, entry: Entry, batches: Iterable[tuple]) -> None:
         """KIP-1191: copy the ARCHIVING ranges of `batches` (durable now) to the group's dead-letter
@@ -553,10 +573,9 @@ class SharePartitionManager:
                 self._drop(entry)
 
     def close(self) -> None:
+        self.closed = True
         for entry in list(self.entries.values()):
             self._drop(entry)
-            if entry.writer is not None:
-                entry.writer.cancel()
 
 
 def _trim(data: Any, headers: list, ranges: list) -> Any:
@@ -573,3 +592,18 @@ def _trim(data: Any, headers: list, ranges: list) -> Any:
             end = pos + size
         pos += size
     return view[start:end]
+
+
+@dataclass(slots=True)
+class _StartWrite:
+    """A write of the start offset alone (no Change carries it): nothing to commit or undo."""
+
+    start_offset: int
+    batches: list
+    delivery_complete_count: int
+
+    def commit(self) -> None:
+        pass
+
+    def undo(self) -> None:
+        pass

@@ -394,6 +394,10 @@ class SharePartition:
         state, count, member, _deadline, _pending = u.at(offset)
         return state, count, member
 
+    def units(self) -> list[InFlightBatch]:
+        """The tracked ranges as held, in offset order, for read-only views (the web console)."""
+        return list(self._batches.values())
+
     def ranges(self) -> Iterator[tuple[int, int, int, int, str | None]]:
         """Every tracked range as (first, last, state, delivery count, member)."""
         for u in list(self._batches.values()):

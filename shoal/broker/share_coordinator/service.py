@@ -168,25 +168,36 @@ class ShareCoordinator:
         Returns (op's result, None) once its records are durable (at once
         without records), or (None, the error) when the write failed.
         """
+        result, fut, failed = self._begin(p, op)
+        if failed is not None:
+            return None, failed
+        return result, await self._durable(p, fut)
+
+    def _begin(self, p: int, op: Operation) -> tuple[Any, asyncio.Future | None, Outcome | None]:
+        """The synchronous half of `_run`: (result, durable future or None, error or None)."""
         try:
             self.runtime.shard(p)
         except ErrorAnswer as e:  # loading, or not (any more) the coordinator: no write tried
-            return None, _error(e.code)
+            return None, None, _error(e.code)
         try:
             result, fut = self.runtime.submit(p, op)
         except ErrorAnswer as e:
             log.error("%s-%d: append failed: %s", TOPIC, p, e)
-            return None, _error(e.code, f"could not write share-group state: {e}")
+            return None, None, _error(e.code, f"could not write share-group state: {e}")
+        return result, fut, None
+
+    async def _durable(self, p: int, fut: asyncio.Future | None) -> Outcome | None:
+        """Wait (at most share.coordinator.write.timeout.ms) until `fut` says the write is durable."""
         if fut is None:
-            return result, None
+            return None
         try:
             await asyncio.wait_for(asyncio.shield(fut), self.write_timeout_s)
         except TimeoutError:
-            return None, _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out")
+            return _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out")
         except ErrorAnswer as e:
             log.error("%s-%d: state not made durable: %s", TOPIC, p, e)
-            return None, _error(e.code, f"could not write share-group state: {e}")
-        return result, None
+            return _error(e.code, f"could not write share-group state: {e}")
+        return None
 
     # -- operations, with the error text Kafka puts in responses --------------------
     async def initialize_state(
@@ -245,9 +256,33 @@ class ShareCoordinator:
         delivery_complete_count: int = -1,
     ) -> Outcome:
         """WriteShareGroupState: merge the changed ranges (and a new start offset)."""
+        return await self.submit_write(
+            group, topic_id, partition, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count
+        )
+
+    def submit_write(
+        self,
+        group: str,
+        topic_id: uuid.UUID,
+        partition: int,
+        state_epoch: int,
+        leader_epoch: int,
+        start_offset: int,
+        batches: Iterable[Any],
+        delivery_complete_count: int = -1,
+    ) -> asyncio.Future[Outcome]:
+        """`write_state` whose append happens now: the records are in the log (and the shard)
+        when this returns, and the future gives the outcome once they are durable (or the
+        write timed out). A share partition leader pipelines its writes with it
+        (``share.write_pipeline``): the next write is appended while this one's fsync runs,
+        and they become durable in order. Plain callbacks, no task: each hop between the
+        flusher and the waiter is one more turn of the loop."""
+        loop = asyncio.get_running_loop()
+        out: asyncio.Future[Outcome] = loop.create_future()
         bad = self._check(group, topic_id, partition)
         if bad is not None:
-            return bad
+            out.set_result(bad)
+            return out
 
         def op(shard: ShareStateShard) -> tuple[list[Record], ErrorCode | None]:
             if shard.state(group, topic_id, partition) is None:
@@ -257,14 +292,43 @@ class ShareCoordinator:
             )
 
         p = self.key_partition(group, topic_id, partition)
-        error, failed = await self._run(p, op)
+        error, fut, failed = self._begin(p, op)
         if failed is not None:
-            return failed
+            out.set_result(failed)
+            return out
         if error is None:
-            return _error(ErrorCode.INVALID_REQUEST, UNINITIALIZED_WRITE)
-        if error != ErrorCode.NONE:
-            return _error(error, BAD_STATE if error == ErrorCode.INVALID_REQUEST else None)
-        return ErrorCode.NONE, None
+            written = _error(ErrorCode.INVALID_REQUEST, UNINITIALIZED_WRITE)
+        elif error != ErrorCode.NONE:
+            written = _error(error, BAD_STATE if error == ErrorCode.INVALID_REQUEST else None)
+        else:
+            written = (ErrorCode.NONE, None)
+        if fut is None or (fut.done() and not fut.cancelled() and fut.exception() is None):
+            out.set_result(written)
+            return out
+
+        def timed_out() -> None:
+            if not out.done():
+                out.set_result(_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out"))
+
+        timer = loop.call_later(self.write_timeout_s, timed_out)
+
+        def durable(f: asyncio.Future) -> None:
+            timer.cancel()
+            if out.done():
+                return
+            if f.cancelled():
+                out.set_result(_error(ErrorCode.NOT_COORDINATOR, "share-group state write cancelled"))
+                return
+            e = f.exception()
+            if e is None:
+                out.set_result(written)
+                return
+            log.error("%s-%d: state not made durable: %s", TOPIC, p, e)
+            code = e.code if isinstance(e, ErrorAnswer) else ErrorCode.UNKNOWN_SERVER_ERROR
+            out.set_result(_error(code, f"could not write share-group state: {e}"))
+
+        fut.add_done_callback(durable)
+        return out
 
     async def delete_state(self, group: str, topic_id: uuid.UUID, partition: int) -> Outcome:
         """DeleteShareGroupState: tombstones (deleting unknown state succeeds)."""

@@ -50,6 +50,11 @@ from shoal.client.admin import acls as A
 from shoal.client.admin import group_protocol as G
 from shoal.client.admin import protocol as P
 from shoal.client.admin import scram as S
+from shoal.client.admin.consumer_protocol import (
+    ConsumerProtocolGroupDescription,
+    build_consumer_group_describe,
+    parse_consumer_group_describe,
+)
 from shoal.client.admin.types import (
     AlterConfigOp,
     ClusterDescription,
@@ -488,6 +493,15 @@ class AsyncAdmin:
         """Classic groups (DescribeGroups): state, assignor, members with decoded assignments."""
         return await self._describe_groups(
             groups, "DescribeGroups", G.build_describe_groups, G.parse_describe_group, timeout_ms
+        )
+
+    @_bounded
+    async def describe_consumer_protocol_groups(
+        self, groups: Iterable[str], *, timeout_ms: float | None = None
+    ) -> dict[str, ConsumerProtocolGroupDescription | BrokerResponseError]:
+        """KIP-848 consumer groups (ConsumerGroupDescribe): epochs, members' current and target assignments."""
+        return await self._describe_groups(
+            groups, "ConsumerGroupDescribe", build_consumer_group_describe, parse_consumer_group_describe, timeout_ms
         )
 
     @_bounded

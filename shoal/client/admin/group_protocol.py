@@ -305,8 +305,9 @@ def parse_delete_groups(resp: Any) -> dict[str, BrokerResponseError | None]:
 # -- share groups ---------------------------------------------------------------------------
 
 
-def build_share_group_describe(groups: Iterable[str]) -> Builder:
-    cls = _req("ShareGroupDescribe")
+def build_heartbeat_group_describe(api: str, groups: Iterable[str]) -> Builder:
+    """ConsumerGroupDescribe or ShareGroupDescribe (``api``): both ask the same way."""
+    cls = _req(api)
     names = list(groups)
 
     def build(version: int) -> Any:
@@ -315,39 +316,63 @@ def build_share_group_describe(groups: Iterable[str]) -> Builder:
     return build
 
 
+def heartbeat_group_fields(g: Any, coordinator: int) -> dict[str, Any]:
+    """What a described consumer-protocol or share group says about itself, beside its members."""
+    ops = g.authorized_operations
+    return {
+        "group_id": g.group_id,
+        "state": g.group_state,
+        "group_epoch": g.group_epoch,
+        "assignment_epoch": g.assignment_epoch,
+        "assignor": g.assignor_name,
+        "coordinator": coordinator,
+        "authorized_operations": None if ops is None or ops == AUTHORIZED_OPERATIONS_OMITTED else ops,
+    }
+
+
+def heartbeat_member_fields(m: Any) -> dict[str, Any]:
+    """What a described consumer-protocol or share group member says, beside its assignment."""
+    return {
+        "member_id": m.member_id,
+        "member_epoch": m.member_epoch,
+        "client_id": m.client_id,
+        "host": m.client_host,
+        "rack_id": m.rack_id,
+        "subscribed_topics": tuple(m.subscribed_topic_names or ()),
+    }
+
+
+def described_partitions(
+    assignment: Any, topic_names: Mapping[uuid.UUID, str] | None = None
+) -> tuple[TopicPartition, ...]:
+    """A described member's assignment, sorted; a topic the answer does not name is named from
+    ``topic_names`` by id (or shown as its id)."""
+    if assignment is None:
+        return ()
+    names = topic_names or {}
+    return tuple(
+        sorted(
+            TopicPartition(t.topic_name or names.get(t.topic_id) or str(t.topic_id), p)
+            for t in assignment.topic_partitions
+            for p in t.partitions
+        )
+    )
+
+
+def build_share_group_describe(groups: Iterable[str]) -> Builder:
+    return build_heartbeat_group_describe("ShareGroupDescribe", groups)
+
+
 def parse_share_group(
     g: Any, coordinator: int, topic_names: Mapping[uuid.UUID, str]
 ) -> ShareGroupDescription | BrokerResponseError:
     if g.error_code:
         return entity_error(g.error_code, g.error_message, f"share group {g.group_id!r}")
-    members = []
-    for m in g.members:
-        assigned: list[Any] = []
-        for tp in m.assignment.topic_partitions if m.assignment is not None else ():
-            name = tp.topic_name or topic_names.get(tp.topic_id) or str(tp.topic_id)
-            assigned.extend(TopicPartition(name, p) for p in sorted(tp.partitions))
-        members.append(
-            ShareMemberDescription(
-                member_id=m.member_id,
-                member_epoch=m.member_epoch,
-                client_id=m.client_id,
-                host=m.client_host,
-                rack_id=m.rack_id,
-                subscribed_topics=tuple(m.subscribed_topic_names or ()),
-                assignment=tuple(sorted(assigned)),
-            )
-        )
-    ops = g.authorized_operations
-    return ShareGroupDescription(
-        group_id=g.group_id,
-        state=g.group_state,
-        group_epoch=g.group_epoch,
-        assignment_epoch=g.assignment_epoch,
-        assignor=g.assignor_name,
-        members=tuple(members),
-        coordinator=coordinator,
-        authorized_operations=None if ops == AUTHORIZED_OPERATIONS_OMITTED else ops,
+    members = tuple(
+        ShareMemberDescription(assignment=described_partitions(m.assignment, topic_names), **heartbeat_member_fields(m))
+        for m in g.members
     )
+    return ShareGroupDescription(members=members, **heartbeat_group_fields(g, coordinator))
 
 
 def build_describe_share_group_offsets(group: str, topics: Mapping[str, Iterable[int]] | None) -> Builder:

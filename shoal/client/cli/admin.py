@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shoal.client.admin.client import AsyncAdmin
+from shoal.client.admin.consumer_protocol import ConsumerProtocolGroupDescription
 from shoal.client.admin.types import (
     AlterConfigOp,
     ConfigResource,
@@ -39,7 +40,7 @@ from shoal.client.cli.support import (
     split_config_list,
 )
 from shoal.client.core.cluster import TopicPartition
-from shoal.client.core.errors import BrokerResponseError
+from shoal.client.core.errors import BrokerResponseError, KafkaClientError
 from shoal.protocol.errors import ErrorCode
 
 __all__ = ["VERBS"]
@@ -310,23 +311,41 @@ async def _group_ids(admin: AsyncAdmin, args: argparse.Namespace, share: bool) -
     return names(args, "groups", "group", "group (or --all-groups)")
 
 
+async def _describe_both(admin: AsyncAdmin, ids: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each group described by the API of its kind: ConsumerGroupDescribe for KIP-848 consumer
+    groups, DescribeGroups for the rest (a broker without ConsumerGroupDescribe has only those)."""
+    modern: dict[str, Any] = {}
+    try:
+        found = await admin.describe_consumer_protocol_groups(ids)
+        modern = {g: d for g, d in found.items() if isinstance(d, ConsumerProtocolGroupDescription)}
+    except KafkaClientError:
+        pass
+    rest = [g for g in ids if g not in modern]
+    classic = await admin.describe_consumer_groups(rest) if rest else {}
+    return {g: modern[g].as_classic() if g in modern else classic[g] for g in ids}, modern
+
+
 async def groups_describe(args: argparse.Namespace, settings: dict[str, Any]) -> int:
     rc = 0
     docs = []
     async with AsyncAdmin(settings) as admin:
-        described = await admin.describe_consumer_groups(await _group_ids(admin, args, share=False))
+        described, modern = await _describe_both(admin, await _group_ids(admin, args, share=False))
         for gid, d in described.items():
             if not isinstance(d, ConsumerGroupDescription):
                 err(f"Error: {d}")
                 rc = 1
                 continue
+            k = modern.get(gid)
             if _json(args):
                 docs.append(
                     {
                         "group": gid,
+                        "protocol": "consumer" if k is not None else "classic",
                         "state": d.state,
                         "coordinator": d.coordinator,
                         "assignment_strategy": d.partition_assignor or None,
+                        "group_epoch": k.group_epoch if k else None,
+                        "assignment_epoch": k.assignment_epoch if k else None,
                         "members": [
                             {
                                 "consumer_id": m.member_id,
@@ -334,6 +353,7 @@ async def groups_describe(args: argparse.Namespace, settings: dict[str, Any]) ->
                                 "host": m.host,
                                 "client_id": m.client_id,
                                 "assignment": [_tp(tp) for tp in sorted(m.assignment)],
+                                **_member_epochs(k, m),
                             }
                             for m in d.members
                         ],
@@ -342,11 +362,68 @@ async def groups_describe(args: argparse.Namespace, settings: dict[str, Any]) ->
                         ],
                     }
                 )
+            elif args.state and k is not None:
+                out(
+                    format_table(
+                        [
+                            "GROUP",
+                            "COORDINATOR (ID)",
+                            "ASSIGNMENT-STRATEGY",
+                            "PROTOCOL",
+                            "STATE",
+                            "GROUP-EPOCH",
+                            "TARGET-ASSIGNMENT-EPOCH",
+                            "#MEMBERS",
+                        ],
+                        [
+                            (
+                                gid,
+                                d.coordinator,
+                                k.assignor or None,
+                                "consumer",
+                                d.state,
+                                k.group_epoch,
+                                k.assignment_epoch,
+                                len(d.members),
+                            )
+                        ],
+                    )
+                )
             elif args.state:
                 out(
                     format_table(
                         ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
                         [(gid, d.coordinator, d.partition_assignor or None, d.state, len(d.members))],
+                    )
+                )
+            elif args.members and k is not None:
+                out(
+                    format_table(
+                        [
+                            "GROUP",
+                            "CONSUMER-ID",
+                            "HOST",
+                            "CLIENT-ID",
+                            "#PARTITIONS",
+                            "CURRENT-EPOCH",
+                            "CURRENT-ASSIGNMENT",
+                            "TARGET-EPOCH",
+                            "TARGET-ASSIGNMENT",
+                        ],
+                        (
+                            (
+                                gid,
+                                m.member_id,
+                                m.host,
+                                m.client_id,
+                                len(m.assignment),
+                                m.member_epoch,
+                                _assignment(m.assignment),
+                                k.assignment_epoch,
+                                _assignment(m.target_assignment),
+                            )
+                            for m in k.members
+                        ),
                     )
                 )
             elif args.members:
@@ -358,6 +435,25 @@ async def groups_describe(args: argparse.Namespace, settings: dict[str, Any]) ->
     if _json(args):
         emit({"groups": docs})
     return rc
+
+
+def _member_epochs(k: ConsumerProtocolGroupDescription | None, member: Any) -> dict[str, Any]:
+    """The KIP-848 part of a member's JSON (epoch, target assignment; null in classic groups) and
+    its subscription."""
+    m = None if k is None else next((m for m in k.members if m.member_id == member.member_id), None)
+    if m is None:
+        return {
+            "member_epoch": None,
+            "target_assignment": None,
+            "subscribed_topics": list(member.subscription),
+            "subscribed_topic_regex": None,
+        }
+    return {
+        "member_epoch": m.member_epoch,
+        "target_assignment": [_tp(tp) for tp in m.target_assignment],
+        "subscribed_topics": list(m.subscribed_topics),
+        "subscribed_topic_regex": m.subscribed_regex,
+    }
 
 
 def _members_table(gid: str, members: Any) -> str:

@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-l", "--long", action="store_true", help="print GROUP TYPE PROTOCOL STATE")
     _output(p)
-    p = _verb(gv, "describe", "offsets and lag of classic consumer groups (or --members / --state)")
+    p = _verb(gv, "describe", "offsets and lag of consumer groups (or --members / --state; epochs for KIP-848 groups)")
     _group_options(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--offsets", action="store_true", help="offsets and lag (the default)")
@@ -304,6 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     from shoal.client.cli import users as cli_users
 
     cli_users.add_parsers(areas.add_parser("users", help="add, list and delete SCRAM users"), _verb)
+    # mirror to another cluster (cli/mirror.py)
+    from shoal.client.cli import mirror as cli_mirror
+
+    cli_mirror.add_parser(areas, EXIT_CODES, _connection_options)
     return parser
 
 
@@ -346,6 +350,10 @@ def _handler(args: argparse.Namespace) -> Any:
         from shoal.client.cli import acls as cli_acls
 
         return cli_acls.VERBS[args.verb]
+    if args.area == "mirror":
+        from shoal.client.cli import mirror as cli_mirror
+
+        return cli_mirror.run
     if args.area == "users":
         from shoal.client.cli import users as cli_users
 

@@ -31,9 +31,12 @@ choose for text: a group's state, members and offsets in one object.
 
 ``shoal groups describe`` (lag = log_end_offset - current_offset, as kafka-consumer-groups.sh)::
 
-    {"groups": [{"group", "state", "coordinator", "assignment_strategy",
+    {"groups": [{"group", "protocol", "state", "coordinator", "assignment_strategy",
+                 "group_epoch", "assignment_epoch",                # null for classic groups
                  "members": [{"consumer_id", "group_instance_id", "host", "client_id",
-                              "assignment": [{"topic", "partition"}]}],
+                              "assignment": [{"topic", "partition"}],
+                              "member_epoch", "target_assignment",   # null for classic groups
+                              "subscribed_topics", "subscribed_topic_regex"}],
                  "offsets": [{"topic", "partition", "current_offset", "log_end_offset", "lag",
                               "consumer_id", "host", "client_id"}]}]}
 
@@ -116,9 +119,12 @@ SHAPES: dict[str, dict[str, Any]] = {
         groups=_arr(
             _obj(
                 group=_STR,
+                protocol=_STR,
                 state=_STR,
                 coordinator=_INT,
                 assignment_strategy=_OPT_STR,
+                group_epoch=_OPT_INT,
+                assignment_epoch=_OPT_INT,
                 members=_arr(
                     _obj(
                         consumer_id=_STR,
@@ -126,6 +132,10 @@ SHAPES: dict[str, dict[str, Any]] = {
                         host=_STR,
                         client_id=_STR,
                         assignment=_arr(_TP),
+                        member_epoch=_OPT_INT,
+                        target_assignment={"type": ["array", "null"], "items": _TP},
+                        subscribed_topics=_arr(_STR),
+                        subscribed_topic_regex=_OPT_STR,
                     )
                 ),
                 offsets=_arr(

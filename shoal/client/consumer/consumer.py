@@ -5,8 +5,9 @@
         async for record in c:
             ...
 
-Semantics follow Kafka's Java ``KafkaConsumer`` (classic protocol, eager
-rebalancing), shaped for asyncio like aiokafka's consumer:
+Semantics follow Kafka's Java ``KafkaConsumer`` (classic protocol with eager
+or cooperative rebalancing, or ``group.protocol=consumer``: KIP-848, the
+coordinator assigns), shaped for asyncio like aiokafka's consumer:
 
 * ``getmany()``/``getone()``/``async for`` are the poll: group rebalances,
   auto commits and rebalance callbacks happen inside them, never behind the
@@ -20,7 +21,8 @@ rebalancing), shaped for asyncio like aiokafka's consumer:
 
 The pieces: ``SubscriptionState`` (what is assigned, positions), ``Fetcher``
 (background fetching, decoding on demand), ``GroupCoordinator`` (JoinGroup,
-SyncGroup, heartbeats, leaving) over ``GroupMembership`` (the sans-IO rules),
+SyncGroup, heartbeats, leaving) over ``GroupMembership`` (the sans-IO rules)
+or ``ConsumerGroupMember`` over ``ConsumerMembership`` for ``group.protocol=consumer``,
 ``GroupOffsets`` (commits, committed offsets), both over a ``CoordinatorLink``.
 """
 
@@ -35,6 +37,7 @@ from typing import Any, NamedTuple
 
 from shoal.client.consumer.fetcher import Fetcher, list_offsets
 from shoal.client.consumer.group.coordinator import ConsumerRebalanceListener, GroupCoordinator
+from shoal.client.consumer.group.coordinator_848 import ConsumerGroupMember
 from shoal.client.consumer.group.offsets import GroupOffsets, OffsetAndMetadata
 from shoal.client.consumer.subscription_state import SubscriptionState, SubscriptionType
 from shoal.client.core.client_core import ClientCore
@@ -69,10 +72,19 @@ class AsyncConsumer:
         self._core = ClientCore(self._cfg)
         self._subs = SubscriptionState(self._cfg["auto.offset.reset"])
         self._wakeup = asyncio.Event()
-        self._coordinator: GroupCoordinator | None = None
-        if self._cfg["group.id"] is not None:
+        self._coordinator: GroupCoordinator | ConsumerGroupMember | None = None
+        if self._cfg["group.id"] is not None and self._cfg["group.protocol"] == "consumer":
+            self._coordinator = ConsumerGroupMember(
+                self._core, self._cfg, self._subs, self._wakeup, lambda: self._fetcher.wakeup()
+            )
+        elif self._cfg["group.id"] is not None:
             self._coordinator = GroupCoordinator(
-                self._core, self._cfg, self._subs, self._wakeup, self._on_assignment_change
+                self._core,
+                self._cfg,
+                self._subs,
+                self._wakeup,
+                self._on_assignment_change,
+                wake_fetcher=lambda: self._fetcher.wakeup(),
             )
         self._fetcher = Fetcher(
             self._core,
@@ -136,8 +148,16 @@ class AsyncConsumer:
             raise ClientClosedError("the consumer was not started (use 'async with' or await start())")
 
     # -- subscriptions -------------------------------------------------------------------
-    def subscribe(self, topics: Iterable[str], listener: ConsumerRebalanceListener | Any | None = None) -> None:
-        """Join the group for ``topics``; the group assigns partitions at the next poll."""
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        listener: ConsumerRebalanceListener | Any | None = None,
+        *,
+        pattern: str | None = None,
+    ) -> None:
+        """Join the group for ``topics`` (or, with ``group.protocol=consumer``, for the topics
+        matching ``pattern``, a Java regular expression the broker evaluates); the group
+        assigns partitions at the next poll."""
         if isinstance(topics, str):
             raise TypeError("subscribe() takes a list of topic names, not a string")
         topics = list(topics)
@@ -145,6 +165,16 @@ class AsyncConsumer:
             raise ValueError(f"topic names must be non-empty strings: {topics!r}")
         if self._coordinator is None:
             raise IllegalStateError("subscribe() needs a group.id (use assign() without one)")
+        if pattern is not None:
+            if topics:
+                raise ValueError("subscribe() takes topics or a pattern, not both")
+            if not isinstance(self._coordinator, ConsumerGroupMember):
+                raise IllegalStateError("pattern subscriptions need group.protocol=consumer")
+            if not pattern:
+                raise ValueError("the pattern must not be empty")
+            self._subs.subscribe_pattern(pattern, listener)
+            self._wakeup.set()
+            return
         if not topics:
             raise ValueError("subscribe() needs at least one topic; use unsubscribe() to stop")
         self._subs.subscribe(topics, listener)

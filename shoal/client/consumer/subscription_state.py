@@ -67,6 +67,7 @@ class SubscriptionState:
         self.default_reset = default_reset  # "earliest" | "latest" | "none"
         self.type = SubscriptionType.NONE
         self.topics: tuple[str, ...] = ()
+        self.pattern: str | None = None  # a regular expression the broker evaluates (group.protocol=consumer)
         self.listener: object | None = None
         self.assignment: dict[TopicPartition, PartitionState] = {}
         self.assignment_version = 0  # bumped whenever the set of partitions changes
@@ -80,6 +81,18 @@ class SubscriptionState:
         changed = new != self.topics
         self.type = SubscriptionType.AUTO_TOPICS
         self.topics = new
+        self.pattern = None
+        self.listener = listener
+        return changed
+
+    def subscribe_pattern(self, pattern: str, listener: object | None = None) -> bool:
+        """Subscribe to the topics matching ``pattern``; True when the pattern changed."""
+        if self.type is SubscriptionType.USER_ASSIGNED:
+            raise IllegalStateError("subscribe() and assign() are mutually exclusive: unsubscribe() first")
+        changed = pattern != self.pattern
+        self.type = SubscriptionType.AUTO_TOPICS
+        self.topics = ()
+        self.pattern = pattern
         self.listener = listener
         return changed
 
@@ -97,6 +110,14 @@ class SubscriptionState:
         self.assignment = {}
         self._set_assignment(partitions)
 
+    def change_assignment(self, add: Iterable[TopicPartition], remove: Iterable[TopicPartition]) -> None:
+        """Incremental (cooperative) change: partitions kept keep their positions."""
+        if self.type is not SubscriptionType.AUTO_TOPICS:
+            raise IllegalStateError("not subscribed")
+        gone = {TopicPartition(tp[0], tp[1]) for tp in remove}
+        kept = [tp for tp in self.assignment if tp not in gone]
+        self._set_assignment([*kept, *(TopicPartition(tp[0], tp[1]) for tp in add)])
+
     def _set_assignment(self, partitions: Iterable[TopicPartition]) -> None:
         old = self.assignment
         new: dict[TopicPartition, PartitionState] = {}
@@ -109,6 +130,7 @@ class SubscriptionState:
     def unsubscribe(self) -> None:
         self.type = SubscriptionType.NONE
         self.topics = ()
+        self.pattern = None
         self.listener = None
         self.assignment = {}
         self.assignment_version += 1

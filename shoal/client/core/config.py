@@ -236,7 +236,8 @@ CONSUMER_OPTIONS: tuple[Option, ...] = (
     *_FETCH_OPTIONS,
     Option("group.id", "str", None, "consumer group (None: no group, assign() only)", nullable=True),
     Option("group.instance.id", "str", None, "static membership id", nullable=True),
-    Option("group.protocol", "choice", "classic", "rebalance protocol", choices=("classic",)),
+    Option("group.protocol", "choice", "classic", "rebalance protocol", choices=("classic", "consumer")),
+    Option("group.remote.assignor", "str", None, "server-side assignor (group.protocol=consumer)", nullable=True),
     Option("session.timeout.ms", "int", 45000, "the group drops a member silent this long", 1),
     Option("heartbeat.interval.ms", "int", 3000, "pause between heartbeats", 1),
     Option(
@@ -253,7 +254,7 @@ CONSUMER_OPTIONS: tuple[Option, ...] = (
         "list",
         ("range",),
         "assignors offered to the group, preferred first",
-        choices=("range", "roundrobin", "sticky"),
+        choices=("range", "roundrobin", "sticky", "cooperative-sticky"),
     ),
     Option("max.partition.fetch.bytes", "int", 1048576, "upper size of one partition in a fetch response", 1),
     Option(

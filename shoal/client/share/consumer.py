@@ -56,6 +56,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from shoal.client.core.aio import wait_for_event
 from shoal.client.core.client_core import ClientCore
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.config import build_config
@@ -378,11 +379,7 @@ class AsyncShareConsumer:
                 self._reconcile()  # the poll timer made the member leave
             if req is None:
                 wake = m.wake_at(now)
-                self._hb_wake.clear()
-                timeout = None if wake is None else max(wake - now, 0) / 1000
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self._hb_wake.wait()
+                await wait_for_event(self._hb_wake, None if wake is None else max(wake - now, 0))
                 continue
             body = _HB(
                 group_id=self._group,

@@ -1,4 +1,5 @@
-"""Client-side partition assignors of the classic consumer protocol: range, roundrobin, sticky.
+"""Client-side partition assignors of the classic consumer protocol: range, roundrobin, sticky,
+cooperative-sticky (``assignors.cooperative``).
 
 Why client-side and why "exactly like Java": in a classic group the broker
 only relays bytes; the member elected leader runs the assignor named by the
@@ -28,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from shoal.client.consumer.assignors.cooperative import CooperativeStickyAssignor
 from shoal.client.consumer.assignors.java_order import java_string_key
 from shoal.client.consumer.assignors.sticky import encode_user_data, sticky_assign
 from shoal.client.consumer.assignors.subscription import Assignment, MemberSubscription
@@ -195,7 +197,12 @@ class StickyAssignor:
         return sticky_assign(partitions_per_topic, subscriptions)
 
 
-ASSIGNORS: dict[str, type] = {"range": RangeAssignor, "roundrobin": RoundRobinAssignor, "sticky": StickyAssignor}
+ASSIGNORS: dict[str, type] = {
+    "range": RangeAssignor,
+    "roundrobin": RoundRobinAssignor,
+    "sticky": StickyAssignor,
+    "cooperative-sticky": CooperativeStickyAssignor,
+}
 
 
 def make_assignors(names: Iterable[str]) -> list[Assignor]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,12 +39,13 @@ from shoal.protocol.exceptions import ProtocolError
 if TYPE_CHECKING:
     from shoal.client.consumer.assignors.subscription import MemberSubscription
 
-__all__ = ["decode_user_data", "encode_user_data", "sticky_assign"]
+__all__ = ["decode_user_data", "eager_member_data", "encode_user_data", "sticky_assign"]
 
 DEFAULT_GENERATION = -1
 _USER_DATA = "StickyAssignorUserData"
 
 Assignment = dict[str, list[TopicPartition]]
+MemberData = Callable[["MemberSubscription"], tuple[list[TopicPartition], "int | None"]]
 
 
 # -- user data ---------------------------------------------------------------------------
@@ -96,10 +97,19 @@ def _tp_key(tp: TopicPartition) -> tuple[bytes, int]:
 # -- entry point ---------------------------------------------------------------------------
 
 
+def eager_member_data(sub: MemberSubscription) -> tuple[list[TopicPartition], int | None]:
+    """The eager assignor's view of who held what: its user data."""
+    return decode_user_data(sub.user_data)
+
+
 def sticky_assign(
-    partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, MemberSubscription]
+    partitions_per_topic: Mapping[str, int],
+    subscriptions: Mapping[str, MemberSubscription],
+    member_data: MemberData = eager_member_data,
 ) -> Assignment:
-    """Java's StickyAssignor.assign for ``subscriptions`` in JoinGroup member order."""
+    """Java's AbstractStickyAssignor.assign for ``subscriptions`` in JoinGroup member order;
+    ``member_data`` reads a member's previous partitions and generation (StickyAssignor: its
+    user data; CooperativeStickyAssignor: the subscription's owned partitions)."""
     # As Java's AbstractPartitionAssignor: only subscribed topics that have partitions take part.
     subscribed = {t for sub in subscriptions.values() for t in sub.topics}
     counts = {t: n for t, n in partitions_per_topic.items() if n > 0 and t in subscribed}
@@ -108,11 +118,11 @@ def sticky_assign(
         subs[member] = sub
     owned: JavaHashMap[str, list[TopicPartition]] = JavaHashMap()
     multiple: set[TopicPartition] = set()
-    equal, max_generation = _all_subscriptions_equal(counts, subs, owned, multiple)
+    equal, max_generation = _all_subscriptions_equal(counts, subs, owned, multiple, member_data)
     if equal:
         result = _Constrained(counts, owned, multiple).build()
     else:
-        result = _General(counts, owned, subs, max_generation).build()
+        result = _General(counts, owned, subs, max_generation, member_data).build()
     return {m: sorted(parts, key=_tp_key) for m, parts in result.items()}
 
 
@@ -121,6 +131,7 @@ def _all_subscriptions_equal(
     subs: JavaHashMap[str, MemberSubscription],
     owned: JavaHashMap[str, list[TopicPartition]],
     multiple: set[TopicPartition],
+    member_data: MemberData,
 ) -> tuple[bool, int]:
     """Whether every member subscribes to the same topics; fills each member's valid
     previous partitions (a partition claimed twice goes to the higher generation,
@@ -134,7 +145,7 @@ def _all_subscriptions_equal(
             subscribed.update(sub.topics)
         elif equal and not (len(sub.topics) == len(subscribed) and subscribed.issuperset(sub.topics)):
             equal = False
-        partitions, generation = decode_user_data(sub.user_data)
+        partitions, generation = member_data(sub)
         member_generation = DEFAULT_GENERATION if generation is None else generation
         max_generation = max(max_generation, member_generation)
         mine: list[TopicPartition] = []
@@ -357,7 +368,9 @@ class _General:
         current: JavaHashMap[str, list[TopicPartition]],
         subs: JavaHashMap[str, MemberSubscription],
         max_generation: int,
+        member_data: MemberData = eager_member_data,
     ) -> None:
+        self.member_data = member_data
         self.counts = counts
         self.total = sum(counts.values())
         self.current = current
@@ -415,7 +428,7 @@ class _General:
         """Owners from older generations (user data), the newest such one per partition."""
         previous: dict[TopicPartition, _Owner] = {}
         for member, sub in self.subs.items():
-            partitions, generation = decode_user_data(sub.user_data)
+            partitions, generation = self.member_data(sub)
             if generation is not None and generation < self.max_generation:
                 gen = generation
             elif generation is None and self.max_generation > DEFAULT_GENERATION:

@@ -3,6 +3,11 @@
 Decisions live in ``GroupMembership`` (sans-IO); this module sends the
 requests it calls for and runs the two things that must happen on time:
 
+* With ``cooperative-sticky`` (KIP-429, chosen when every assignor offered
+  is cooperative) a rebalance keeps the partitions: the subscription names
+  them (owned partitions, generation), the assignment leaves out any that
+  would move, and the member revokes only what it lost, then rejoins so the
+  follow-up rebalance hands those on (``_complete_cooperative``).
 * **Rebalances run inside the application's poll**, as in Kafka's Java
   client: ``poll()`` starts (or keeps waiting on) one rebalance task that
   commits consumed offsets when auto commit is on, calls
@@ -28,8 +33,6 @@ behind each other.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -43,9 +46,11 @@ from shoal.client.consumer.assignors.subscription import (
     encode_subscription,
 )
 from shoal.client.consumer.group.link import CoordinatorLink
+from shoal.client.consumer.group.listener import invoke_listener
 from shoal.client.consumer.group.membership import GroupMembership, MemberState, Next
 from shoal.client.consumer.group.offsets import GroupOffsets, OffsetAndMetadata
 from shoal.client.consumer.subscription_state import SubscriptionState
+from shoal.client.core.aio import cancel_quietly, wait_for_event
 from shoal.client.core.client_core import Backoff, ClientCore, is_retriable
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.config import Config
@@ -95,6 +100,8 @@ class GroupCoordinator:
         subscriptions: SubscriptionState,
         wakeup: asyncio.Event,
         on_assignment_change: Callable[[], None],
+        *,
+        wake_fetcher: Callable[[], None] | None = None,
     ) -> None:
         self._core = core
         self._cfg = config
@@ -110,6 +117,9 @@ class GroupCoordinator:
             now_ms=0.0,  # constructed outside the event loop maybe: timers start at the first join/poll
         )
         self.assignors = make_assignors(config["partition.assignment.strategy"])
+        # KIP-429: the protocol is cooperative when every assignor offered supports it (as Java decides).
+        self.cooperative = all(getattr(a, "cooperative", False) for a in self.assignors)
+        self._wake_fetcher = wake_fetcher or on_assignment_change
         self._wakeup = wakeup
         self._on_assignment_change = on_assignment_change
         self.link = CoordinatorLink(core, config, self.group_id)
@@ -218,16 +228,20 @@ class GroupCoordinator:
         """Before (re)joining: final auto commit, revoke everything (eager), forget the assignment."""
         m = self.membership
         if self.offsets.auto_commit and m.generation_if_stable() is not None:
-            offsets = self.offsets.consumed_offsets()
-            if offsets:
-                try:
-                    await self.offsets.commit_offsets(offsets, timeout_ms=self._cfg["max.poll.interval.ms"])
-                except KafkaClientError as e:
-                    log.warning("auto commit before rebalancing group %r failed: %s", self.group_id, e)
+            await self.offsets.commit_consumed("before rebalancing", timeout_ms=self._cfg["max.poll.interval.ms"])
         held = set(self._subs.assignment)
         if not m.has_generation():
             if held:
                 await self._invoke("on_partitions_lost", held)
+        elif self.cooperative:
+            # Cooperative: keep everything still subscribed; the assignment says what moves.
+            unsubscribed = {tp for tp in held if tp.topic not in self._subs.topics}
+            if unsubscribed:
+                await self._invoke("on_partitions_revoked", unsubscribed)
+                self._subs.change_assignment((), unsubscribed)
+                self._wake_fetcher()
+            self._snapshot = None
+            return
         else:
             await self._invoke("on_partitions_revoked", held)
         if self._subs.is_group_managed:
@@ -246,7 +260,8 @@ class GroupCoordinator:
         protocols = []
         cls = _JOIN.request_class()
         for a in self.assignors:
-            sub = MemberSubscription(topics, a.subscription_user_data(topics), (), generation_id, rack)
+            owned = tuple(self._subs.assignment) if self._subs.is_group_managed else ()
+            sub = MemberSubscription(topics, a.subscription_user_data(topics), owned, generation_id, rack)
             protocols.append(cls.JoinGroupRequestProtocol(name=a.name, metadata=encode_subscription(sub)))
 
         def build(version: int) -> Any:
@@ -345,10 +360,19 @@ class GroupCoordinator:
         m = self.membership
         partitions, _ = decode_assignment(self._sync_assignment)
         self._assignor(m.generation.protocol_name).on_assignment(partitions, m.generation.generation_id)
+        if self.cooperative:
+            await self._complete_cooperative(set(partitions))
+            return
         self._subs.assign_from_subscribed(partitions)
         self._core.wanted_topics.update(tp.topic for tp in partitions)
         self._on_assignment_change()
         self.offsets.reschedule_auto_commit()
+        self._log_joined(partitions)
+        self._start_heartbeat()
+        await self._invoke("on_partitions_assigned", set(partitions))
+
+    def _log_joined(self, partitions: Iterable[TopicPartition]) -> None:
+        m = self.membership
         log.info(
             "joined group %r generation %d as %s%s: %s",
             self.group_id,
@@ -357,24 +381,33 @@ class GroupCoordinator:
             " (leader)" if m.is_leader else "",
             sorted(map(str, partitions)),
         )
+
+    async def _complete_cooperative(self, assigned: set[TopicPartition]) -> None:
+        """KIP-429: revoke only what the assignment took away (then rejoin), add what is new."""
+        m = self.membership
+        owned = set(self._subs.assignment)
+        revoked, added = owned - assigned, assigned - owned
+        self._log_joined(assigned)
         self._start_heartbeat()
-        await self._invoke("on_partitions_assigned", set(partitions))
+        if revoked:
+            if self.offsets.auto_commit:  # the new owner starts where this member stopped
+                await self.offsets.commit_consumed(
+                    "before revoking", only=revoked, timeout_ms=self._cfg["max.poll.interval.ms"]
+                )
+            await self._invoke("on_partitions_revoked", revoked)
+            self._subs.change_assignment((), revoked)
+            m.request_rejoin(f"revoked {len(revoked)} partitions: the follow-up rebalance hands them on")
+            self._wakeup.set()
+        self._subs.change_assignment(added, ())
+        self._core.wanted_topics.update(tp.topic for tp in added)
+        self._wake_fetcher()
+        self.offsets.reschedule_auto_commit()
+        await self._invoke("on_partitions_assigned", added)
 
     async def _invoke(self, method: str, partitions: set[TopicPartition]) -> None:
-        listener = self._subs.listener
-        fn = getattr(listener, method, None) if listener is not None else None
-        if fn is None and method == "on_partitions_lost" and listener is not None:
-            fn = getattr(listener, "on_partitions_revoked", None)
-        if fn is None:
-            return
-        try:
-            result = fn(set(partitions))
-            if inspect.isawaitable(result):
-                await result
-        except Exception as e:
-            log.exception("rebalance listener %s failed", method)
-            if self._listener_error is None:
-                self._listener_error = e
+        error = await invoke_listener(self._subs.listener, method, partitions)
+        if error is not None and self._listener_error is None:
+            self._listener_error = error
 
     # -- heartbeats ------------------------------------------------------------------------
     def _start_heartbeat(self) -> None:
@@ -412,10 +445,7 @@ class GroupCoordinator:
             sleep = self._cfg["heartbeat.interval.ms"] if wait is None else wait
             if active:
                 sleep = min(sleep, m.poll_wait_ms(now) + 1)
-            self._hb_wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(sleep, 1) / 1000):
-                    await self._hb_wake.wait()
+            await wait_for_event(self._hb_wake, max(sleep, 1))
 
     async def _send_heartbeat(self) -> None:
         m = self.membership
@@ -484,9 +514,7 @@ class GroupCoordinator:
         LeaveGroup that follows still names a member parked in JoinGroup/SyncGroup."""
         task, self._rebalance = self._rebalance, None
         if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_quietly(task)
             if not leaving:
                 self.membership.on_join_failed()
 
@@ -504,13 +532,8 @@ class GroupCoordinator:
         await self._stop_rebalance(leaving=True)
         m = self.membership
         try:
-            if self.offsets.auto_commit:
-                offsets = self.offsets.consumed_offsets()
-                if offsets and (not self._subs.is_group_managed or m.generation_if_stable() is not None):
-                    try:
-                        await self.offsets.commit_offsets(offsets)  # after any commit still pending
-                    except KafkaClientError as e:
-                        log.warning("final auto commit of group %r failed: %s", self.group_id, e)
+            if self.offsets.auto_commit and (not self._subs.is_group_managed or m.generation_if_stable() is not None):
+                await self.offsets.commit_consumed("on close")
             await self.offsets.drain(self._cfg["request.timeout.ms"])
             if self._subs.is_group_managed:
                 held = set(self._subs.assignment)
@@ -524,10 +547,7 @@ class GroupCoordinator:
 
     async def _stop_tasks(self) -> None:
         self._hb_wake.set()
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._heartbeat
+        await cancel_quietly(self._heartbeat)
         await self._stop_rebalance()
         self.offsets.cancel_pending()
         self.link.close()

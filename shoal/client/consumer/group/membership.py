@@ -123,6 +123,11 @@ class GroupMembership:
     def needs_join(self) -> bool:
         return self.fatal_error is None and (self.rejoin_needed or self.state is MemberState.UNJOINED)
 
+    @property
+    def rebalancing(self) -> bool:
+        """A JoinGroup or SyncGroup is under way (commits wait for it)."""
+        return self.state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE)
+
     def generation_if_stable(self) -> Generation | None:
         """The generation to commit with, or None while not a settled member."""
         return self.generation if self.state is MemberState.STABLE else None

@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any, NamedTuple, Protocol
 
 from shoal.client.consumer.group.link import CoordinatorLink
-from shoal.client.consumer.group.membership import Generation, GroupMembership, MemberState
+from shoal.client.consumer.group.membership import Generation
 from shoal.client.consumer.subscription_state import SubscriptionState
 from shoal.client.core.client_core import Backoff, ClientCore
 from shoal.client.core.cluster import TopicPartition
@@ -51,10 +51,25 @@ _COMMIT_RETRY = frozenset(
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
         ErrorCode.NOT_COORDINATOR,
         ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.STALE_MEMBER_EPOCH,  # a consumer-protocol member's epoch moved on: commit with the new one
     }
 )
 
 CommitCallback = Callable[[Mapping[TopicPartition, "OffsetAndMetadata"], BaseException | None], Any]
+
+
+class CommitMembership(Protocol):
+    """What commits need from a membership (classic ``GroupMembership`` or the KIP-848 view)."""
+
+    @property
+    def group_instance_id(self) -> str | None: ...
+
+    @property
+    def rebalancing(self) -> bool: ...
+
+    def generation_if_stable(self) -> Generation | None: ...
+
+    def on_commit_error(self, error: int, sent: Generation) -> None: ...
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -74,7 +89,7 @@ class GroupOffsets:
         config: Config,
         link: CoordinatorLink,
         subscriptions: SubscriptionState,
-        membership: GroupMembership,
+        membership: CommitMembership,
         wakeup: asyncio.Event,
     ) -> None:
         self._core = core
@@ -98,6 +113,21 @@ class GroupOffsets:
     def consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         return {tp: OffsetAndMetadata(pos, "", epoch) for tp, (pos, epoch) in self._subs.all_consumed().items()}
 
+    async def commit_consumed(
+        self, why: str, *, only: Collection[TopicPartition] | None = None, timeout_ms: float | None = None
+    ) -> None:
+        """Commit what the application consumed (of ``only``, when given) before a rebalance
+        step or a close; a failure is logged (``why`` says when), the step goes on."""
+        offsets = self.consumed_offsets()
+        if only is not None:
+            offsets = {tp: om for tp, om in offsets.items() if tp in only}
+        if not offsets:
+            return
+        try:
+            await self.commit_offsets(offsets, timeout_ms=timeout_ms)  # after any commit still pending
+        except KafkaClientError as e:
+            log.warning("auto commit %s of group %r failed: %s", why, self.group_id, e)
+
     def maybe_auto_commit(self, now: float) -> None:
         if not self.auto_commit:
             return
@@ -119,7 +149,7 @@ class GroupOffsets:
         generation = m.generation_if_stable()
         if generation is not None:
             return generation
-        if m.state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
+        if m.rebalancing:
             raise RebalanceInProgressError(
                 "the group is rebalancing: poll() to complete the rebalance, then commit again"
             )

@@ -1,0 +1,1 @@
+"""The read-only web console on the operations HTTP listener (``/console``): views, pages, routes."""
