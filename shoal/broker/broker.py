@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.broker.config.group_configs import GroupConfigs
-from shoal.broker.faults import Fault, FaultInjector, InterceptedRequest
+from shoal.broker.faults import HOLD_ENV, Fault, FaultInjector, InterceptedRequest
 from shoal.broker.handlers import handler_table
 from shoal.broker.handlers.api_versions import body as api_versions_body
 from shoal.broker.log import LogError
@@ -118,6 +118,7 @@ class Broker:
         self.clean_start = True
         self.stopped = asyncio.Event()
         self.faults = FaultInjector()  # request fault injection (shoal.testing); unarmed costs one test
+        self.faults.hold_from(os.environ.get(HOLD_ENV, ""))  # a test's broker in a child process
         self.stats = BrokerStats()  # counters behind /metrics (shoal.broker.metrics)
         self.ops: Any = None  # the operations HTTP listener (shoal.http.listeners), from start
         self.started = False  # logs recovered and bound: /health/ready also waits for the coordinators

@@ -18,7 +18,11 @@ Rules are kept per API key, first armed first used:
 ``times=None`` keeps a rule until ``clear()``. Apart from requests,
 ``hold_loading(topic)`` keeps a coordinator from loading its internal topic
 until ``release_loading`` (the window in which /health/ready says 503 and
-coordinator requests get COORDINATOR_LOAD_IN_PROGRESS). Sans-IO: the broker's dispatch
+coordinator requests get COORDINATOR_LOAD_IN_PROGRESS), and ``hold(point)`` stops the broker
+at a named step until ``release(point)``: ``share.dead_letter`` leaves records ARCHIVING without
+their dead-letter copy (a kill -9 in that window must re-drive them). A broker in a child
+process takes hold points from the environment variable ``SHOAL_FAULT_HOLD`` (comma
+separated) at start. Sans-IO: the broker's dispatch
 asks ``take(api_key)`` and carries out the returned ``Fault``; rules may be
 armed from another thread (a synchronous test beside the broker's loop).
 """
@@ -34,7 +38,9 @@ from shoal.protocol.api import api as api_for_key
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
 
-__all__ = ["Fault", "FaultInjector", "InterceptedRequest"]
+__all__ = ["HOLD_ENV", "Fault", "FaultInjector", "InterceptedRequest"]
+
+HOLD_ENV = "SHOAL_FAULT_HOLD"
 
 
 @dataclass(slots=True)
@@ -63,7 +69,7 @@ class Fault:
 class FaultInjector:
     """Armed faults, by API key. ``armed`` is the one attribute an unarmed dispatch reads."""
 
-    __slots__ = ("_held_loads", "_lock", "_rules", "armed", "injected")
+    __slots__ = ("_held_loads", "_held_points", "_lock", "_rules", "armed", "injected")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -71,6 +77,7 @@ class FaultInjector:
         self.armed = False
         self.injected: dict[str, int] = {}  # "Produce:fail" -> how many times a rule was used
         self._held_loads: set[str] = set()  # internal topics whose coordinator must not load yet
+        self._held_points: set[str] = set()  # named steps the broker must not take (hold())
 
     # -- arming --------------------------------------------------------------------
     def fail(self, api: int | str, error: int | str, times: int | None = 1, message: str | None = None) -> None:
@@ -112,6 +119,24 @@ class FaultInjector:
         """Whether the coordinator of ``topic`` is to wait before loading (asked at start only)."""
         with self._lock:
             return topic in self._held_loads
+
+    def hold(self, point: str) -> None:
+        """Keep the broker from taking step ``point`` until ``release(point)``."""
+        with self._lock:
+            self._held_points.add(point)
+
+    def release(self, point: str) -> None:
+        with self._lock:
+            self._held_points.discard(point)
+
+    def held(self, point: str) -> bool:
+        """Whether step ``point`` is held (read without the lock: a set lookup)."""
+        return point in self._held_points
+
+    def hold_from(self, spec: str) -> None:
+        """Hold every point of a comma-separated list (the ``SHOAL_FAULT_HOLD`` variable)."""
+        for point in filter(None, (p.strip() for p in spec.split(","))):
+            self.hold(point)
 
     def clear(self, api: int | str | None = None) -> None:
         """Disarm every rule (or those of one API)."""

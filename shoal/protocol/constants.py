@@ -26,6 +26,7 @@ __all__ = [
     "ACKNOWLEDGED",
     "ACQUIRED",
     "ARCHIVED",
+    "ARCHIVING",
     "AVAILABLE",
     "GAP",
     "REJECT",
@@ -71,6 +72,7 @@ class RecordState(IntEnum):
     AVAILABLE = 0
     ACQUIRED = 1
     ACKNOWLEDGED = 2
+    ARCHIVING = 3  # KIP-1191: on its way to the dead-letter topic, then ARCHIVED
     ARCHIVED = 4
 
 
@@ -91,6 +93,7 @@ RENEW = int(AcknowledgeType.RENEW)
 AVAILABLE = int(RecordState.AVAILABLE)
 ACQUIRED = int(RecordState.ACQUIRED)
 ACKNOWLEDGED = int(RecordState.ACKNOWLEDGED)
+ARCHIVING = int(RecordState.ARCHIVING)
 ARCHIVED = int(RecordState.ARCHIVED)
 
 

@@ -78,7 +78,7 @@ class SharePartitionState:
     ranges: tuple[tuple[int, int, str, int, str | None], ...]
 
     def state_of(self, offset: int) -> str | None:
-        """AVAILABLE / ACQUIRED / ACKNOWLEDGED / ARCHIVED, or None for an offset not tracked."""
+        """AVAILABLE / ACQUIRED / ACKNOWLEDGED / ARCHIVING / ARCHIVED, or None for an offset not tracked."""
         for first, last, state, _count, _member in self.ranges:
             if first <= offset <= last:
                 return state

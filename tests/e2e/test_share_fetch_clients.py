@@ -202,7 +202,7 @@ def test_kill_nine_keeps_accepted_and_brings_back_the_rest(tmp_path) -> None:
 
 def test_rejected_and_exhausted_records_go_to_the_dead_letter_topic(broker) -> None:
     with RawClient(broker.port) as c:
-        create(c, "dlq.q-dead", 1)
+        create(c, "dlq.q-dead", 1, errors_deadletterqueue_group_enable="true")  # the owner's opt-in
     setup(
         broker,
         "q-dead",
@@ -244,9 +244,10 @@ def test_rejected_and_exhausted_records_go_to_the_dead_letter_topic(broker) -> N
     reader.close()
     assert len(got) == 2
     meta = [{k: v.decode() for k, v in m.headers() if k.startswith("__dlq.errors.")} for m in got]
-    assert [(h["__dlq.errors.offset"], h["__dlq.errors.reason"], h["__dlq.errors.delivery.count"]) for h in meta] == [
-        ("0", "REJECTED", "1"),
-        ("1", "DELIVERY_COUNT_LIMIT_REACHED", "2"),
+    assert [(h["__dlq.errors.offset"], h["__dlq.errors.message"], h["__dlq.errors.delivery.count"]) for h in meta] == [
+        ("0", "Offset rejected by client.", "1"),
+        ("1", "Offset delivery count exceeded the threshold.", "2"),
     ]
-    assert all(h["__dlq.errors.group.id"] == "g-dead" and h["__dlq.errors.topic"] == "q-dead" for h in meta)
+    assert all(h["__dlq.errors.group"] == "g-dead" and h["__dlq.errors.topic"] == "q-dead" for h in meta)
+    assert all(h["__dlq.errors.partition"] == "0" and len(h) == 6 for h in meta)
     assert [m.value() for m in got] == [b"v0", b"v1"]  # copy.record.enable: the original values

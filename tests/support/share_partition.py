@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from shoal.broker.share.in_flight import InFlightBatch
 from shoal.broker.share.share_partition import SharePartition
-from shoal.protocol.constants import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE
+from shoal.protocol.constants import ACKNOWLEDGED, ACQUIRED, ARCHIVED, ARCHIVING, AVAILABLE
 from shoal.protocol.errors import ErrorCode
 
 NONE = ErrorCode.NONE
@@ -79,7 +79,7 @@ def check(sp: SharePartition) -> None:
         if u.last < start:
             assert not u.all_done(), "a finished range below the start was not dropped"
         for a, b, s, c, m, d, p in u.runs(u.first, u.last):
-            assert s in (AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED)
+            assert s in (AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVING, ARCHIVED)
             assert (s == ACQUIRED) == (d != -1) == (m is not None)
             assert 0 <= c <= sp.delivery_count_limit
             if p is not None:

@@ -15,7 +15,7 @@ from shoal.broker.console import pages
 from shoal.broker.console.views import STATE_ORDER, RateHistory, decode_bytes, share_partition_view
 from shoal.broker.metrics.counters import BrokerStats
 from shoal.broker.share.in_flight import STATE_NAMES
-from shoal.protocol.constants import ACCEPT, REJECT, RELEASE
+from shoal.protocol.constants import ACCEPT, ARCHIVING, REJECT, RELEASE
 
 # check() (called by ack) asserts the partition's invariants: let pytest rewrite its asserts, as the
 # SharePartition tests do, whichever module imports it first.
@@ -49,7 +49,7 @@ def test_counts_per_state_match_the_partition_record_by_record() -> None:
     want = brute_counts(sp)
     assert v["counts"] == {s: want.get(s, 0) for s in STATE_ORDER}
     # offsets 0 (accepted) and 1 (rejected) are done: the start offset moved past them
-    assert v["counts"] == {"AVAILABLE": 3, "ACQUIRED": 15, "ACKNOWLEDGED": 8, "ARCHIVED": 2}
+    assert v["counts"] == {"AVAILABLE": 3, "ACQUIRED": 15, "ACKNOWLEDGED": 8, "ARCHIVING": 0, "ARCHIVED": 2}
     assert (v["spso"], v["speo"], v["in_flight"], v["holes"]) == (2, 29, 28, 0)
     assert v["delivery_complete"] == sp.delivery_complete_count() == 10
     assert v["lag"] == 30 - 2 - 10
@@ -194,3 +194,15 @@ def test_rates_come_from_the_broker_counters_at_most_once_a_second() -> None:
     assert h.series("in", "unknown") == [0.0, 0.0]
     spark = pages.sparkline(h.series("in", "t"), "records <in>")
     assert "<polyline" in spark and "1,000.0/s" in spark and "records &lt;in&gt;" in spark
+
+
+def test_archiving_records_are_counted_on_their_own_and_not_done() -> None:
+    """KIP-1191: records waiting for their dead-letter copy show as ARCHIVING, not in the lag's done count."""
+    sp = make()
+    sp.archive_to = ARCHIVING
+    sp.acquire("m1", batches(4), 4, now_ms=0)
+    ack(sp, "m1", (0, 3, [REJECT, ACCEPT, REJECT, ACCEPT]))
+    v = view(sp, 400)
+    assert v["counts"] == {"AVAILABLE": 0, "ACQUIRED": 0, "ACKNOWLEDGED": 2, "ARCHIVING": 2, "ARCHIVED": 0}
+    assert (v["spso"], v["delivery_complete"]) == (0, 2)
+    assert [r["state"] for r in v["runs"]] == ["ARCHIVING", "ACKNOWLEDGED", "ARCHIVING", "ACKNOWLEDGED"]

@@ -344,7 +344,11 @@ def test_delivery_limit_archives():
     now = 0
     for count in (1, 2, 3):
         got = sp.acquire("m", batches(2), 100, now_ms=now)
-        assert got == [AcquiredRange(0, 1, count, now + LOCK)]
+        if count < 3:
+            assert got == [AcquiredRange(0, 1, count, now + LOCK)]
+        else:  # the last delivery goes to each record alone (KAFKA-17541)
+            assert got == [AcquiredRange(0, 0, 3, now + LOCK)]
+            assert sp.acquire("m", batches(2), 100, now_ms=now) == [AcquiredRange(1, 1, 3, now + LOCK)]
         now += LOCK
         change = sp.expire_locks(now)
         change.commit()

@@ -181,7 +181,7 @@ def test_invalid_batches_are_rejected() -> None:
         [(0, 4, AVAILABLE, 1), (4, 6, AVAILABLE, 1)],  # overlap
         [(5, 6, AVAILABLE, 1), (0, 1, AVAILABLE, 1)],  # unsorted
         [(0, 1, ACQUIRED, 1)],  # ACQUIRED is never persisted
-        [(0, 1, 3, 1)],
+        [(0, 1, 5, 1)],  # no such state
         [(-2, 1, AVAILABLE, 1)],
     ]
     for batches in bad:
@@ -189,6 +189,10 @@ def test_invalid_batches_are_rejected() -> None:
         assert (records, err) == ([], ErrorCode.INVALID_REQUEST), batches
     records, err = h.shard.write(G, TOPIC, 0, 1, 0, -5, [])
     assert (records, err) == ([], ErrorCode.INVALID_REQUEST)
+    # ARCHIVING (KIP-1191, Kafka's state 3) is persisted: a restart re-drives its dead-letter copy
+    records, err = h.shard.write(G, TOPIC, 0, 1, 0, 0, [(0, 1, 3, 1)])
+    assert err == ErrorCode.NONE and len(records) == 1
+    assert [b.delivery_state for b in records[0].value.state_batches] == [3]
 
 
 def test_snapshot_after_exactly_snapshot_every_updates() -> None:

@@ -269,9 +269,9 @@ def test_rebalances_are_counted_per_protocol(broker) -> None:
 def test_dead_lettered_records_and_share_request_counts(broker) -> None:
     """Rejected records copied to the dead-letter topic are counted; the request histogram counts
     the ShareFetch and ShareAcknowledge requests sent (their request rates)."""
-    topic, group, dlq = "m-dlq", "g-m-dlq", "m-dlq.dead"
+    topic, group, dlq = "m-dlq", "g-m-dlq", "dlq.m-dlq"
     with RawClient(broker.port) as c:
-        create(c, dlq)
+        create(c, dlq, errors_deadletterqueue_group_enable="true")
     tid = ready_topic(broker, topic, group, 8, errors_deadletterqueue_topic_name=dlq)
     count = "kafka_network_requestmetrics_totaltimems_count"
     before = scrape(broker.http_port)

@@ -334,6 +334,19 @@ COORDINATOR_KEYS: Final = (
         "Server-side share assignor; exactly one.",
         validator=Check(one_assignor_problem, "[simple]"),
     ),
+    # KIP-1191 dead-letter topics of share groups
+    _key(
+        "errors.deadletterqueue.auto.create.topics.enable",
+        BOOL,
+        False,
+        "Create a share group's missing dead-letter topic on its first dead-letter record.",
+    ),
+    _key(
+        "errors.deadletterqueue.topic.name.prefix",
+        STR,
+        "dlq.",
+        "Dead-letter topic names must start with this (empty: any name).",
+    ),
     # share coordinator and __share_group_state
     _key(
         "share.coordinator.state.topic.num.partitions",

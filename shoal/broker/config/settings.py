@@ -522,10 +522,8 @@ class BrokerConfig:
     def topic_defaults(self) -> dict[str, Any]:
         """Every topic setting as it applies to a topic without overrides."""
         out: dict[str, Any] = {}
-        for k in TOPIC_CONFIGS:
-            if k.synonym is None:
-                raise ValueError(f"topic config {k.name} names no broker setting to fall back to")
-            out[k.name] = self.effective(k.synonym)
+        for k in TOPIC_CONFIGS:  # a key with no broker setting behind it has its own default
+            out[k.name] = k.default if k.synonym is None else self.effective(k.synonym)
         return out
 
     def group_defaults(self) -> dict[str, Any]:
@@ -627,10 +625,12 @@ def describe_topic_configs(
     entries = []
     for k in keys:
         synonym = k.synonym or k.name
-        inherited = broker.synonyms(synonym)
+        inherited = broker.synonyms(synonym) if k.synonym else ()
         if k.name in given:
             value, source = render_value(given[k.name]), ConfigSource.TOPIC
             inherited = (ConfigSynonym(k.name, value, source), *inherited)
+        elif k.synonym is None:  # no broker setting behind it: its own default
+            value, source = render_value(k.default), _DEFAULT
         else:
             value = render_value(broker.effective(synonym))
             source = broker.source(broker.deciding_key(synonym))

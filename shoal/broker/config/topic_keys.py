@@ -182,4 +182,13 @@ TOPIC_CONFIGS: Final = ConfigDef.of(
         validator=Range(4),
     ),
     _topic("segment.ms", LONG, 604800000, "log.roll.ms", "Roll segments at this age.", validator=AT_LEAST_1),
+    # KIP-1191: a topic serves as a share group's dead-letter topic only when its owner says so
+    # (no broker setting stands behind it).
+    ConfigKey(
+        "errors.deadletterqueue.group.enable",
+        BOOL,
+        False,
+        "Whether share groups may write dead-letter records to this topic.",
+        dynamic=True,
+    ),
 )

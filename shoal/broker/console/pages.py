@@ -74,6 +74,7 @@ _PATTERNS = """<svg class="defs" aria-hidden="true" focusable="false" width="0" 
 <pattern id="pat-AVAILABLE" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#56B4E9"/></pattern>
 <pattern id="pat-ACQUIRED" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#E69F00"/><rect width="2" height="6" fill="#000" fill-opacity="0.35"/></pattern>
 <pattern id="pat-ACKNOWLEDGED" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#009E73"/><circle cx="3" cy="3" r="1" fill="#fff" fill-opacity="0.6"/></pattern>
+<pattern id="pat-ARCHIVING" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#D55E00" fill-opacity="0.5"/><path d="M0 6L6 0" stroke="#000" stroke-opacity="0.4"/></pattern>
 <pattern id="pat-ARCHIVED" width="6" height="6" patternUnits="userSpaceOnUse"><rect width="6" height="6" fill="#D55E00"/><path d="M0 0L6 6M6 0L0 6" stroke="#000" stroke-opacity="0.4"/></pattern>
 </defs></svg>"""
 
@@ -375,7 +376,7 @@ def dead_letters_page(d: dict[str, Any]) -> str:
                     f"<td data-context='{c}'>{esc(ctx.get(c, ''))}</td>" for c in ("topic", "partition", "offset")
                 )
                 + f"<td class='n' data-context='delivery.count'>{esc(ctx.get('delivery.count', ''))}</td>"
-                f"<td data-context='reason'>{esc(ctx.get('reason', ''))}</td>"
+                f"<td data-context='message'>{esc(ctx.get('message', ''))}</td>"
                 f"<td class='data'>{_shown(rec['key'])}</td><td class='data'>{_shown(rec['value'])}</td>"
                 f"<td><ul class='headers'>{others}</ul></td></tr>"
             )

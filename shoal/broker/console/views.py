@@ -25,7 +25,7 @@ from typing import Any
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.share.dead_letter import HEADER_PREFIX
 from shoal.broker.share.in_flight import STATE_NAMES
-from shoal.protocol.constants import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE
+from shoal.protocol.constants import ACKNOWLEDGED, ACQUIRED, ARCHIVED, ARCHIVING, AVAILABLE
 from shoal.protocol.records import iter_batches
 
 __all__ = [
@@ -42,13 +42,13 @@ __all__ = [
 ]
 
 # The in-flight states in the order the page lists them (Kafka's RecordState names).
-STATE_ORDER = tuple(STATE_NAMES[s] for s in (AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED))
+STATE_ORDER = tuple(STATE_NAMES[s] for s in (AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVING, ARCHIVED))
 FORMATS = ("utf8", "json", "hex")
 MAX_BROWSE = 200  # records per page of the record browser
 BROWSE_READ = 1 << 20  # log bytes per read of the record browser
 MAX_RUNS = 1_000  # strip segments per share partition (the strip is 1,000 units wide); the rest is counted, not drawn
 MAX_SHOWN_BYTES = 4096  # a key or value longer than this is cut (the page says so)
-DLQ_CONTEXT = ("group.id", "topic", "partition", "offset", "delivery.count", "reason")
+DLQ_CONTEXT = ("group", "topic", "partition", "offset", "delivery.count", "message")  # Kafka's __dlq.errors.*
 
 
 def _int(x: Any, default: int) -> int:
@@ -476,7 +476,7 @@ def dead_letters_view(broker: Any, gid: str, *, per_partition: int = MAX_BROWSE)
         first = max(p.log_start_offset, p.high_watermark - n)
         for rec in _read_records(p, first, n) if p.high_watermark > first else ():
             context = _dlq_context(rec.headers)
-            if context.get("group.id") not in (None, gid):
+            if context.get("group") not in (None, gid):
                 continue  # a dead-letter topic may be shared by several groups
             out["records"].append(
                 {

@@ -27,11 +27,19 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from shoal.protocol.constants import ACKNOWLEDGED, ACQUIRED, ARCHIVED, AVAILABLE
+from shoal.protocol.constants import ACKNOWLEDGED, ACQUIRED, ARCHIVED, ARCHIVING, AVAILABLE
 
-# Record states are Kafka's RecordState ids (ACQUIRED is never persisted).
+# Record states are Kafka's RecordState ids (ACQUIRED is never persisted). ARCHIVING (KIP-1191:
+# waiting for its dead-letter copy) is not terminal: the start offset stops at it, so it stays in
+# the persisted state until it becomes ARCHIVED and a restart can finish the copy.
 TERMINAL = frozenset({ACKNOWLEDGED, ARCHIVED})
-STATE_NAMES = {AVAILABLE: "AVAILABLE", ACQUIRED: "ACQUIRED", ACKNOWLEDGED: "ACKNOWLEDGED", ARCHIVED: "ARCHIVED"}
+STATE_NAMES = {
+    AVAILABLE: "AVAILABLE",
+    ACQUIRED: "ACQUIRED",
+    ACKNOWLEDGED: "ACKNOWLEDGED",
+    ARCHIVING: "ARCHIVING",
+    ARCHIVED: "ARCHIVED",
+}
 
 NO_DEADLINE = -1
 

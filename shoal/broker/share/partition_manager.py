@@ -61,17 +61,18 @@ from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.partition.partition import LEADER_EPOCH, fetch_key
-from shoal.broker.share.dead_letter import Archived, Reason, dead_letter_batch
+from shoal.broker.share.dead_letter import classify, rejected_ranges
+from shoal.broker.share.dead_letter_writer import DeadLetterWriter
 from shoal.broker.share.session import ShareSessionCache
 from shoal.broker.share.share_metrics import count_acknowledged, count_expired
 from shoal.broker.share.share_partition import SharePartition
 from shoal.broker.share.write_pipeline import Group, WritePipeline
 from shoal.broker.timing.wheel import TimerTask
-from shoal.protocol.constants import ARCHIVED
+from shoal.protocol.constants import ARCHIVED, ARCHIVING
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.record_slice import RecordIndex
-from shoal.protocol.records import BatchHeader, iter_batches
+from shoal.protocol.records import iter_batches
 
 log = logging.getLogger("shoal.share.partitions")
 
@@ -84,7 +85,6 @@ START_RETRY_S = 1.0  # a failed write of a moved start offset is tried again thi
 SLICE_MIN_BYTES = 64 << 10
 SLICE_MIN_RECORDS = 128
 SLICE_CACHE = 4  # record indexes kept per share partition
-DEAD_LETTER_READ = 16 << 20  # log bytes read back to copy archived records
 PartitionKey = tuple[str, uuid.UUID, int]
 
 
@@ -102,6 +102,7 @@ class Entry:
     persisted_start: int = -1  # the start offset the share coordinator holds
     bytes_per_record: float = 0.0  # log bytes per offset in the last read (0 = not read yet)
     slices: dict = field(default_factory=dict)  # base offset -> RecordIndex of large batches (record_limit)
+    rejects: list = field(default_factory=list)  # (first, last) REJECTed, ARCHIVING, not yet copied
 
 
 @dataclass(slots=True)
@@ -116,6 +117,7 @@ class SharePartitionManager:
         self.entries: dict[PartitionKey, Entry] = {}
         self.sessions = ShareSessionCache(broker.config.get("group.share.max.share.sessions"))
         self.closed = False  # close() ran: no more writes are sent
+        self.dead_letters = DeadLetterWriter(broker)
         configs = getattr(broker, "group_configs", None)
         if configs is not None:
             configs.add_listener(self.group_configs_changed)
@@ -140,6 +142,7 @@ class SharePartitionManager:
             sp.delivery_count_limit = self.setting(gid, "share.delivery.count.limit")
             sp.max_in_flight_records = self.setting(gid, "share.partition.max.record.locks")
             sp.lock_duration_ms = self.setting(gid, "share.record.lock.duration.ms")
+            sp.archive_to = self._archive_to(gid)
             self._wake(entry)  # a higher cap may let a waiting fetch acquire
 
     # -- loading -------------------------------------------------------------------
@@ -172,6 +175,8 @@ class SharePartitionManager:
         try:
             entry.sp = await self._load(gid, topic_id, index, partition)
             entry.persisted_start = entry.sp.start_offset
+            # ARCHIVING ranges of the persisted state lost their copy to a crash: re-drive them
+            self._dead_letter(entry, [(a, b, s, n) for a, b, s, n, _m in entry.sp.ranges()])
         except BaseException:
             self.entries.pop(key, None)
             raise
@@ -199,6 +204,7 @@ class SharePartitionManager:
             delivery_count_limit=self.setting(gid, "share.delivery.count.limit"),
             lock_duration_ms=self.setting(gid, "share.record.lock.duration.ms"),
         )
+        sp.archive_to = self._archive_to(gid)
         sp.initialize(
             result.state_epoch,
             start,
@@ -214,6 +220,11 @@ class SharePartitionManager:
             "share partition %s %s-%d loaded at start offset %d", gid, partition.topic.name, index, sp.start_offset
         )
         return sp
+
+    def _archive_to(self, gid: str) -> int:
+        """KIP-1191 (share.version 2, which Shoal always has): a group with a dead-letter topic
+        archives through ARCHIVING, so that the copy is made before the record is done."""
+        return ARCHIVING if self.setting(gid, "errors.deadletterqueue.topic.name") else ARCHIVED
 
     def _reset_offset(self, gid: str, partition: Any) -> int:
         store = self.broker.group_configs
@@ -348,10 +359,13 @@ class SharePartitionManager:
         if bad:
             return int(bad), None
         if change.needs_write:
+            rejected = rejected_ranges(batches) if sp.archive_to == ARCHIVING else []
+            entry.rejects += rejected  # the dead-letter cause of these offsets (KIP-1191)
             future = asyncio.get_running_loop().create_future()
             self._enqueue(entry, change, future, undo=True)
             error = await future
             if error:
+                entry.rejects = [r for r in entry.rejects if r not in rejected]
                 return error, f"Persisting the acknowledgement failed: {ErrorCode(error).name}"
         else:
             self._wake(entry)
@@ -432,6 +446,8 @@ class SharePartitionManager:
                 log.warning("share partition %s: state write failed: %s", entry.key, ErrorCode(group.error).name)
                 if all(isinstance(p.change, _StartWrite) for p in group.items):
                     self._back_off_start(entry)
+                # ARCHIVING kept by a failed expiry/release write would otherwise hold the start
+                self._dead_letter(entry, [b for p in group.items if not p.undo for b in p.change.batches])
             else:
                 if group.start_offset >= 0:
                     entry.persisted_start = max(entry.persisted_start, group.start_offset)
@@ -469,53 +485,27 @@ class SharePartitionManager:
 
         asyncio.get_running_loop().call_later(START_RETRY_S, retry)
 
-    def _dead_letter(self, entry: Entry, batches: list) -> None:
-        """Copy newly archived records to the group's dead-letter topic, if it has one (KIP-1191)."""
-        gid = entry.key[0]
-        name = self.setting(gid, "errors.deadletterqueue.topic.name")
-        if not name:
-            return
+    def _dead_letter(self, entry: Entry, batches: Iterable[tuple]) -> None:
+        """KIP-1191: copy the ARCHIVING ranges of `batches` (durable now) to the group's dead-letter
+        topic, then make them ARCHIVED (shoal/broker/share/dead_letter_writer.py)."""
         sp = entry.sp
-        assert sp is not None
-        limit = sp.delivery_count_limit
-        archived = [
-            Archived(first, last, count, Reason.DELIVERY_LIMIT if count >= limit else Reason.REJECTED)
-            for first, last, state, count in batches
-            if state == ARCHIVED
-        ]
-        if not archived:
+        ranges = [(first, last, count) for first, last, state, count in batches if state == ARCHIVING]
+        if sp is None or not ranges or self.entries.get(entry.key) is not entry:
             return
-        target = self.broker.topics.get(name)
-        if target is None:
+        if self.dead_letters.held():
             log.warning(
-                "share group %s: dead-letter topic %s does not exist; %d ranges not copied", gid, name, len(archived)
+                "share partition %s: dead-letter copies held (faults): %d ranges ARCHIVING", entry.key, len(ranges)
             )
             return
-        source = entry.partition
-        first = max(min(a.first_offset for a in archived), source.log_start_offset)
+        gid = entry.key[0]
+        archived = classify(ranges, entry.rejects, sp.delivery_count_limit)
+        entry.rejects = [(a, b) for a, b in entry.rejects if not any(f <= b and a <= z for f, z, _c in ranges)]
         try:
-            read = source.read(first, DEAD_LETTER_READ, read_committed=False, min_one=True)
-        except ErrorAnswer:
-            return
-        batch = dead_letter_batch(
-            gid,
-            source.topic.name,
-            source.index,
-            read.records,
-            archived,
-            copy_record=self.setting(gid, "errors.deadletterqueue.copy.record.enable"),
-            now_ms=self.broker.clock.now_ms(),
-        )
-        if batch is None:
-            return
-        dest = target.partitions[source.index % len(target.partitions)]
-        try:
-            dest.append(batch, self.broker.clock.now_ms())
-        except ErrorAnswer as e:
-            log.warning("share group %s: dead-letter append to %s failed: %s", gid, name, e)
-            return
-        self.broker.stats.share_counts(gid, source.topic.name).dead_lettered += BatchHeader.read(batch).records_count
-        self.broker.on_append(dest)
+            self.dead_letters.archive(gid, entry.partition, archived, lambda n: self.setting(gid, n))
+        except Exception:
+            log.exception("share partition %s: dead-letter copy failed", entry.key)
+        for first, last, _count in ranges:
+            self._submit(entry, sp.finish_archiving(first, last))
 
     def _wake(self, entry: Entry) -> None:
         """Re-arm the lock timer and wake fetches waiting on this partition."""

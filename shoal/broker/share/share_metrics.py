@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from shoal.broker.metrics.counters import ShareCounts
-from shoal.broker.share.in_flight import ARCHIVED
+from shoal.broker.share.in_flight import ARCHIVED, ARCHIVING
 from shoal.broker.share.share_partition import RELEASE
 
 __all__ = ["count_acknowledged", "count_expired"]
+
+_ARCHIVED = (ARCHIVED, ARCHIVING)  # ARCHIVING: on the way to the dead-letter topic, archived all the same
 
 
 def _fields(raw: Any) -> tuple[int, int, Sequence[int]]:
@@ -38,7 +40,7 @@ def count_acknowledged(counts: ShareCounts, batches: Sequence[Any], change: Any,
             if t:
                 acks[t] = acks.get(t, 0) + 1
     for first, last, state, delivered in change.batches:
-        if state != ARCHIVED or delivered < limit:
+        if state not in _ARCHIVED or delivered < limit:
             continue
         for a_first, a_last, types in parsed:
             if a_first <= first <= a_last:
@@ -53,5 +55,5 @@ def count_expired(counts: ShareCounts, change: Any, limit: int) -> None:
     for first, last, state, delivered in change.batches:
         n = last - first + 1
         counts.lock_timeouts += n
-        if state == ARCHIVED and delivered >= limit:
+        if state in _ARCHIVED and delivered >= limit:
             counts.archived_at_limit += n

@@ -70,8 +70,12 @@ Decisions where Kafka (4.2) is a judgement call or where we differ:
   shell may commit an expiry Change at once and write in the background.
 * Undo does not revert RENEW acknowledgements in the same request (a renewed
   lock is harmless; Kafka does not roll them back either).
-* Not implemented: Kafka's delivery throttling of records near the delivery
-  limit (isolating suspected poison records in smaller responses).
+* Records that failed often are handed out alone and in halves
+  (KAFKA-17541, :mod:`broker.share.poison`).
+* Dead-letter queue (KIP-1191): with ``archive_to = ARCHIVING`` a REJECT or
+  the delivery limit moves records to ARCHIVING (persisted, not terminal: the
+  start offset stops there) and the shell, once its copy is written, calls
+  :meth:`finish_archiving`, which makes them ARCHIVED.
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ from typing import Any
 
 from sortedcontainers import SortedDict
 
+from shoal.broker.share import poison
 from shoal.broker.share.fetched import deliverable_segments
 from shoal.broker.share.in_flight import NO_DEADLINE, InFlightBatch
 from shoal.protocol.constants import (
@@ -91,6 +96,7 @@ from shoal.protocol.constants import (
     ACKNOWLEDGED,
     ACQUIRED,
     ARCHIVED,
+    ARCHIVING,
     AVAILABLE,
     GAP,
     REJECT,
@@ -258,6 +264,7 @@ class SharePartition:
         self.max_in_flight_records = max_in_flight_records
         self.delivery_count_limit = delivery_count_limit
         self.lock_duration_ms = lock_duration_ms
+        self.archive_to = ARCHIVED  # ARCHIVING while the group has a dead-letter topic (KIP-1191)
         self.state_epoch = 0
         self._initialized = False
         self._reset(0)
@@ -300,7 +307,7 @@ class SharePartition:
             for b in batches
         )
         for first, last, state, count in rows:
-            if state not in (AVAILABLE, ACKNOWLEDGED, ARCHIVED) or first > last:
+            if state not in (AVAILABLE, ACKNOWLEDGED, ARCHIVING, ARCHIVED) or first > last:
                 raise ValueError(f"invalid persisted batch {(first, last, state, count)}")
             if last < start_offset:
                 continue
@@ -508,11 +515,17 @@ class SharePartition:
 
     def _acquire_in(self, acq: _Acquisition, u: InFlightBatch, a: int, b: int, has_data: bool) -> int:
         """Acquire (or archive, without data) the available offsets of [a, b] in range `u`;
-        returns the next offset to look at."""
-        for x, y, state, count, _m, _d, pending in list(u.runs(a, b)):
-            if state != AVAILABLE or pending is not None:
-                continue
-            if not has_data or count >= self.delivery_count_limit:
+        returns the next offset to look at. A range whose records failed often is handed out
+        alone and in shrinking parts (:mod:`broker.share.poison`)."""
+        runs = [r for r in u.runs(a, b) if r[2] == AVAILABLE and r[6] is None]
+        limit = self.delivery_count_limit
+        held = poison.throttle(u.size, (r[3] for r in runs), limit) if has_data else None
+        if held is not None and acq.taken:
+            acq.stop = True
+            return a
+        start = acq.taken
+        for x, y, _s, count, _m, _d, _p in runs:
+            if not has_data or count >= limit:
                 u.set_range(x, y, ARCHIVED, count, None, NO_DEADLINE, None)
                 acq.touched[id(u)] = u
                 continue
@@ -520,11 +533,18 @@ class SharePartition:
                 acq.stop = True
                 return x
             last = y if acq.batch_optimized else min(y, x + acq.max_records - acq.taken - 1)
+            if held is not None:
+                last = held.last(x, last, count, acq.taken - start)
+                if last < x:
+                    acq.stop = True
+                    return x
             u.set_range(x, last, ACQUIRED, count + 1, acq.member, acq.deadline, None)
             acq.add(u, x, last, count + 1)
-            if last < y:
+            if last < y or (held is not None and held.done(count + 1, acq.taken - start)):
                 acq.stop = True
                 return last + 1
+        if held is not None and acq.taken > start:
+            acq.stop = True
         return b + 1
 
     def _acquire_hole(self, acq: _Acquisition, a: int, b: int, has_data: bool, *, beyond_end: bool) -> int:
@@ -604,9 +624,9 @@ class SharePartition:
                             u.set_range(p, q, ACQUIRED, count, member, deadline, None)
                             self._lock(u, deadline)
                             continue
-                        new_state = _ACK_STATE[t]
+                        new_state = self.archive_to if t == REJECT else _ACK_STATE[t]
                         if new_state == AVAILABLE and count >= self.delivery_count_limit:
-                            new_state = ARCHIVED
+                            new_state = self.archive_to
                         self._transition(change, u, p, q, new_state, count, (state, count, member, dl))
         for u in touched:
             u.maybe_merge()  # renewed offsets may agree again
@@ -700,8 +720,19 @@ class SharePartition:
         if decrease:
             self._transition(change, u, a, b, AVAILABLE, max(count - 1, 0), old)
         else:
-            state = ARCHIVED if count >= self.delivery_count_limit else AVAILABLE
+            state = self.archive_to if count >= self.delivery_count_limit else AVAILABLE
             self._transition(change, u, a, b, state, count, old)
+
+    def finish_archiving(self, first: int, last: int) -> Change:
+        """The dead-letter copies of [first, last] were written (or given up): its ARCHIVING
+        records become ARCHIVED, and the start offset may pass them once that is written."""
+        self._check_ready()
+        change = Change(_owner=self)
+        for u in list(itertools.takewhile(_starts_by(last), self._units_from(first))):
+            for a, b, state, count, member, dl, pending in list(u.runs(first, last)):
+                if state == ARCHIVING and pending is None:
+                    self._transition(change, u, a, b, ARCHIVED, count, (state, count, member, dl))
+        return self._finish(change)
 
     # -- changes -------------------------------------------------------------------
     def _transition(self, change: Change, u: InFlightBatch, a: int, b: int, state: int, count: int, old: _Old) -> None:

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.broker.coordinator.shard import Record
-from shoal.protocol.constants import ACKNOWLEDGED, ARCHIVED, AVAILABLE
+from shoal.protocol.constants import ACKNOWLEDGED, ARCHIVED, ARCHIVING, AVAILABLE
 from shoal.protocol.coordinator_records import CoordinatorRecord, serde
 from shoal.protocol.errors import ErrorCode
 
@@ -72,8 +72,8 @@ ShareUpdateValue = _SERDE.value_class("ShareUpdate")
 SNAPSHOT = "ShareSnapshot"
 UPDATE = "ShareUpdate"
 
-# Persisted delivery states (ACQUIRED is never persisted).
-VALID_DELIVERY_STATES = frozenset({AVAILABLE, ACKNOWLEDGED, ARCHIVED})
+# Persisted delivery states (ACQUIRED is never persisted; ARCHIVING is KIP-1191's, Kafka's id 3).
+VALID_DELIVERY_STATES = frozenset({AVAILABLE, ACKNOWLEDGED, ARCHIVING, ARCHIVED})
 
 UNINITIALIZED_START_OFFSET = -1
 DEFAULT_STATE_EPOCH = 0
