@@ -8,6 +8,7 @@ from shoal.broker.config.keys import (
     AT_LEAST_1,
     BOOL,
     INT,
+    SHOAL_ONLY,
     STR,
     Check,
     ConfigDef,
@@ -126,6 +127,40 @@ GROUP_CONFIGS: Final = ConfigDef.of(
         BOOL,
         False,
         "Copy the original record into the dead-letter topic, not just its context headers.",
+    ),
+    # Beyond Kafka (shoal/broker/share/backoff.py, key_order.py): queue features, off by default.
+    _group(
+        "shoal.share.redelivery.backoff.ms",
+        INT,
+        0,
+        "Wait before a released or timed-out record of this share group may be delivered again, "
+        "after its first failed delivery; 0 (Kafka's behaviour) redelivers at once.",
+        validator=Range(0, 3_600_000),
+        kafka_default=SHOAL_ONLY,
+    ),
+    _group(
+        "shoal.share.redelivery.backoff.max.ms",
+        INT,
+        60000,
+        "Longest redelivery back-off, however often a record failed.",
+        validator=Range(0, 86_400_000),
+        kafka_default=SHOAL_ONLY,
+    ),
+    _group(
+        "shoal.share.redelivery.backoff.multiplier",
+        ConfigType.DOUBLE,
+        2.0,
+        "Growth of the redelivery back-off per failed delivery: min(max, base * multiplier^(deliveries - 1)).",
+        validator=Range(1.0, 100.0),
+        kafka_default=SHOAL_ONLY,
+    ),
+    _group(
+        "shoal.share.key.ordering",
+        BOOL,
+        False,
+        "At most one record per key per partition in flight across the group's members, each key's records "
+        "delivered in offset order (a released record before its key's later ones); null keys unaffected.",
+        kafka_default=SHOAL_ONLY,
     ),
 )
 

@@ -22,11 +22,15 @@ The rules, in the order they are tested (the first broken one names the problem)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from shoal.protocol.constants import ACCEPT, GAP, REJECT, RELEASE, RENEW
 
-__all__ = ["ack_batches_problem"]
+__all__ = ["ack_batches_problem", "ack_fields", "coalesce", "type_runs"]
+
+# (first_offset, last_offset, delivery_state, delivery_count), as the share coordinator stores it.
+Batch = tuple[int, int, int, int]
 
 _PLAIN_TYPES = frozenset((GAP, ACCEPT, RELEASE, REJECT))
 _WITH_RENEW = _PLAIN_TYPES | {RENEW}
@@ -54,3 +58,36 @@ def ack_batches_problem(batches: Iterable[tuple[int, int, Sequence[int]]], *, re
                 return f"Unknown acknowledge type {t}."
         prev_last = last
     return None
+
+
+def ack_fields(raw: Any) -> tuple[int, int, list[int]]:
+    """(first, last, types) of a batch given as a tuple or as a message object."""
+    if isinstance(raw, tuple | list):
+        first, last, types = raw
+    else:
+        first, last, types = raw.first_offset, raw.last_offset, raw.acknowledge_types
+    return int(first), int(last), [int(t) for t in types]
+
+
+def type_runs(first: int, types: Sequence[int], a: int, b: int) -> Iterator[tuple[int, int, int]]:
+    """Maximal runs of equal acknowledge type within [a, b] of a batch starting at `first`."""
+    if len(types) == 1:
+        yield a, b, types[0]
+        return
+    run_start, t = a, types[a - first]
+    for o in range(a + 1, b + 1):
+        if types[o - first] != t:
+            yield run_start, o - 1, t
+            run_start, t = o, types[o - first]
+    yield run_start, b, t
+
+
+def coalesce(batches: list[Batch]) -> list[Batch]:
+    """Sorted ranges (first, last, state, count), adjacent ones that agree joined."""
+    out: list[Batch] = []
+    for b in sorted(batches):
+        if out and out[-1][1] + 1 == b[0] and out[-1][2:] == b[2:]:
+            out[-1] = (out[-1][0], b[1], b[2], b[3])
+        else:
+            out.append(b)
+    return out

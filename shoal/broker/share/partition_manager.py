@@ -61,8 +61,10 @@ from typing import Any
 
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.partition.partition import LEADER_EPOCH, fetch_key
+from shoal.broker.share.backoff import BackoffPolicy
 from shoal.broker.share.dead_letter import classify, rejected_ranges
 from shoal.broker.share.dead_letter_writer import DeadLetterWriter
+from shoal.broker.share.key_order import KeyOrder
 from shoal.broker.share.session import ShareSessionCache
 from shoal.broker.share.share_metrics import count_acknowledged, count_expired
 from shoal.broker.share.share_partition import SharePartition
@@ -143,6 +145,7 @@ class SharePartitionManager:
             sp.max_in_flight_records = self.setting(gid, "share.partition.max.record.locks")
             sp.lock_duration_ms = self.setting(gid, "share.record.lock.duration.ms")
             sp.archive_to = self._archive_to(gid)
+            self._queue_features(gid, sp)
             self._wake(entry)  # a higher cap may let a waiting fetch acquire
 
     # -- loading -------------------------------------------------------------------
@@ -205,6 +208,8 @@ class SharePartitionManager:
             lock_duration_ms=self.setting(gid, "share.record.lock.duration.ms"),
         )
         sp.archive_to = self._archive_to(gid)
+        sp.clock = self.now
+        self._queue_features(gid, sp)
         sp.initialize(
             result.state_epoch,
             start,
@@ -225,6 +230,17 @@ class SharePartitionManager:
         """KIP-1191 (share.version 2, which Shoal always has): a group with a dead-letter topic
         archives through ARCHIVING, so that the copy is made before the record is done."""
         return ARCHIVING if self.setting(gid, "errors.deadletterqueue.topic.name") else ARCHIVED
+
+    def _queue_features(self, gid: str, sp: SharePartition) -> None:
+        """Shoal's own queue features (beyond Kafka): redelivery back-off and key-ordered delivery.
+        Key ordering switched on orders what is acquired from then on, not what is in flight."""
+        sp.backoff = BackoffPolicy(
+            self.setting(gid, "shoal.share.redelivery.backoff.ms"),
+            self.setting(gid, "shoal.share.redelivery.backoff.max.ms"),
+            self.setting(gid, "shoal.share.redelivery.backoff.multiplier"),
+        )
+        if self.setting(gid, "shoal.share.key.ordering") != (sp.key_order is not None):
+            sp.key_order = KeyOrder() if sp.key_order is None else None
 
     def _reset_offset(self, gid: str, partition: Any) -> int:
         store = self.broker.group_configs
@@ -536,7 +552,8 @@ class SharePartitionManager:
         sp = entry.sp
         if sp is None:
             return
-        deadline = sp.next_lock_deadline()
+        # the earliest lock deadline, or the end of a redelivery back-off (fetches wake then)
+        deadline = min((d for d in (sp.next_lock_deadline(), sp.next_backoff_end()) if d is not None), default=None)
         timer = entry.timer
         if timer is not None and not timer.cancelled and timer.pending:
             if deadline is not None and timer.deadline_ms <= deadline:

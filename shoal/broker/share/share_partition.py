@@ -89,8 +89,14 @@ from typing import Any
 from sortedcontainers import SortedDict
 
 from shoal.broker.share import poison
+from shoal.broker.share.ack_batches import ack_fields as _ack_fields
+from shoal.broker.share.ack_batches import coalesce as _coalesce
+from shoal.broker.share.ack_batches import type_runs as _type_runs
+from shoal.broker.share.backoff import BackoffPolicy, Holds
+from shoal.broker.share.change import _COMMITTED, _PENDING, AcquiredRange, Change
 from shoal.broker.share.fetched import deliverable_segments
 from shoal.broker.share.in_flight import NO_DEADLINE, InFlightBatch
+from shoal.broker.share.key_order import KeyOrder
 from shoal.protocol.constants import (
     ACCEPT,
     ACKNOWLEDGED,
@@ -114,72 +120,12 @@ __all__ = [
 # What each acknowledge type (ShareFetch / ShareAcknowledge AcknowledgeTypes) moves a record to.
 _ACK_STATE = {GAP: ARCHIVED, ACCEPT: ACKNOWLEDGED, RELEASE: AVAILABLE, REJECT: ARCHIVED}
 
-# (first_offset, last_offset, delivery_state, delivery_count), as the share coordinator stores it.
-Batch = tuple[int, int, int, int]
-
-_PENDING, _COMMITTED, _UNDONE = 0, 1, 2
 
 # New records adjacent to a range this small join it (per offset) instead of making their own.
 _STITCH_MAX = 16
 
 # (state, delivery count, member, lock deadline) of a range before a transition
 _Old = tuple[int, int, "str | None", int]
-
-
-@dataclass(frozen=True, slots=True)
-class AcquiredRange:
-    """Offsets handed to one member by a fetch (ShareFetch AcquiredRecords)."""
-
-    first_offset: int
-    last_offset: int
-    delivery_count: int
-    lock_deadline_ms: int
-
-
-@dataclass(slots=True, eq=False)
-class Change:
-    """What one state change needs persisted, and how to take it back.
-
-    ``batches`` are the changed ranges as (first, last, state, count), states
-    AVAILABLE / ACKNOWLEDGED / ARCHIVED; ``start_offset`` is -1 when the
-    persisted start need not move. ``needs_write`` is False when there is
-    nothing to persist (a RENEW, a rejected request): such a Change is
-    already committed. Otherwise it stays pending until :meth:`commit` or
-    :meth:`undo`.
-    """
-
-    start_offset: int = -1
-    batches: list[Batch] = field(default_factory=list)
-    delivery_complete_count: int = -1
-    _owner: SharePartition | None = field(default=None, repr=False)
-    _status: int = field(default=_COMMITTED, repr=False)
-    # (batch, first, last, old state, old count, old member, old deadline)
-    _undo: list[tuple[InFlightBatch, int, int, int, int, str | None, int]] = field(default_factory=list, repr=False)
-    _marked: list[tuple[InFlightBatch, int, int]] = field(default_factory=list, repr=False)
-
-    @property
-    def needs_write(self) -> bool:
-        return bool(self.batches) or self.start_offset != -1
-
-    @property
-    def pending(self) -> bool:
-        return self._status == _PENDING
-
-    def commit(self) -> None:
-        """The write succeeded: the new states become final (idempotent)."""
-        if self._status == _UNDONE:
-            raise RuntimeError("change was undone")
-        if self._status == _PENDING and self._owner is not None:
-            self._owner._commit(self)
-        self._status = _COMMITTED
-
-    def undo(self) -> None:
-        """The write failed: restore what the touched offsets were before (idempotent)."""
-        if self._status == _COMMITTED and self.needs_write:
-            raise RuntimeError("change was committed")
-        if self._status == _PENDING and self._owner is not None:
-            self._owner._undo_change(self)
-        self._status = _UNDONE
 
 
 @dataclass(slots=True)
@@ -207,40 +153,9 @@ class _Acquisition:
             self.out.append([first, last, count])
 
 
-def _ack_fields(raw: Any) -> tuple[int, int, list[int]]:
-    if isinstance(raw, tuple | list):
-        first, last, types = raw
-    else:
-        first, last, types = raw.first_offset, raw.last_offset, raw.acknowledge_types
-    return int(first), int(last), [int(t) for t in types]
-
-
-def _type_runs(first: int, types: Sequence[int], a: int, b: int) -> Iterator[tuple[int, int, int]]:
-    """Maximal runs of equal acknowledge type within [a, b] of a batch starting at `first`."""
-    if len(types) == 1:
-        yield a, b, types[0]
-        return
-    run_start, t = a, types[a - first]
-    for o in range(a + 1, b + 1):
-        if types[o - first] != t:
-            yield run_start, o - 1, t
-            run_start, t = o, types[o - first]
-    yield run_start, b, t
-
-
 def _starts_by(last: int) -> Callable[[InFlightBatch], bool]:
     """A test of "this in-flight range starts at or before ``last``"."""
     return lambda u: u.first <= last
-
-
-def _coalesce(batches: list[Batch]) -> list[Batch]:
-    out: list[Batch] = []
-    for b in sorted(batches):
-        if out and out[-1][1] + 1 == b[0] and out[-1][2:] == b[2:]:
-            out[-1] = (out[-1][0], b[1], b[2], b[3])
-        else:
-            out.append(b)
-    return out
 
 
 class SharePartition:
@@ -266,6 +181,9 @@ class SharePartition:
         self.lock_duration_ms = lock_duration_ms
         self.archive_to = ARCHIVED  # ARCHIVING while the group has a dead-letter topic (KIP-1191)
         self.state_epoch = 0
+        self.backoff = BackoffPolicy()  # redelivery back-off (beyond Kafka; off by default)
+        self.clock: Callable[[], int] = lambda: 0  # the shell's monotonic clock, for back-off ends
+        self.key_order: KeyOrder | None = None  # key-ordered delivery (beyond Kafka; off by default)
         self._initialized = False
         self._reset(0)
 
@@ -277,6 +195,9 @@ class SharePartition:
         self._gap_end = -1
         self._locks: list[tuple[int, InFlightBatch]] = []  # (deadline, batch) heap, lazily pruned
         self._rescan = False  # something may have become AVAILABLE since the last scan
+        self._holds = Holds()  # back-off: released offsets not acquirable before a time
+        if self.key_order is not None:
+            self.key_order.clear()
         for change in getattr(self, "_outstanding", {}):
             change._owner = None
         self._outstanding: dict[Change, int] = {}  # pending change -> start offset it reports
@@ -423,13 +344,38 @@ class SharePartition:
                     return max(cur, gap)
                 cur = u.first
             found = u.first_available(cur, u.last)
+            if found is not None and (self._holds or self.key_order is not None):
+                found = self._first_ready(u, found)
             if found is not None:
                 return found
             cur = u.last + 1
         if gap is not None and max(cur, gap) <= self._end:
             return max(cur, gap)
-        self._rescan = False
+        self._rescan = bool(self._holds) or self.key_order is not None  # waiting records come back
         return self._end + 1
+
+    def _first_ready(self, u: InFlightBatch, found: int | None) -> int | None:
+        """The first AVAILABLE offset of `u` from `found` on neither backing off nor waiting behind
+        an earlier record of its key."""
+        now, ko = self.clock(), self.key_order
+        while found is not None:
+            end = self._holds.held_until(found, now) if self._holds else None
+            if end is None and (ko is None or not ko.blocked(found, self._open)):
+                return found
+            found = u.first_available((found if end is None else end) + 1, u.last)
+        return None
+
+    def _open(self, offset: int) -> bool:
+        """Key ordering: whether `offset` holds a record not yet done (ARCHIVING counts as done)."""
+        u = self._unit_at(offset) if offset >= self._start else None
+        if u is None:
+            return offset > self._end or (self._gap_active() and offset >= (self._gap_start or 0))
+        state, _c, _m, _d, pending = u.at(offset)
+        return pending is not None or state in (AVAILABLE, ACQUIRED)
+
+    def next_backoff_end(self) -> int | None:
+        """When the earliest running redelivery back-off ends (the shell wakes fetches then)."""
+        return self._holds.next_end(self.clock()) if self._holds else None
 
     def acquirable(self, high_watermark: int) -> bool:
         """Whether a fetch could acquire something now (Kafka's canAcquireRecords, plus
@@ -486,25 +432,14 @@ class SharePartition:
                 continue
             if seg_first > hi or acq.stop:
                 break
-            seg_last = min(seg_last, hi)
-            pos = max(pos, seg_first)
-            while pos <= seg_last and not acq.stop:
-                if acq.taken >= max_records:
-                    acq.stop = True
+            seg_last, pos = min(seg_last, hi), max(pos, seg_first)
+            ko = self.key_order if has_data and pos <= seg_last else None
+            for x, y, admitted in (
+                [(pos, seg_last, True)] if ko is None else ko.pieces(fetched, pos, seg_last, self._open)
+            ):
+                if acq.stop:
                     break
-                u = self._unit_at(pos)
-                if u is not None:
-                    pos = self._acquire_in(acq, u, pos, min(u.last, seg_last), has_data)
-                    continue
-                nxt = self._next_key(pos)
-                b = seg_last if nxt is None else min(seg_last, nxt - 1)
-                if pos > self._end:
-                    pos = self._acquire_hole(acq, pos, b, has_data, beyond_end=True)
-                elif gap is not None and gap <= min(b, self._end):
-                    # holes below `gap` are natural; skip to the window
-                    pos = self._acquire_hole(acq, max(pos, gap), min(b, self._end), has_data, beyond_end=False)
-                else:
-                    pos = min(b, self._end) + 1
+                pos = self._acquire_span(acq, x, y, has_data, gap) if admitted else self._park(acq, x, y, gap)
         if hole is not None and lo <= hole and self._gap_start is not None:
             self._gap_start = max(self._gap_start, pos)
         for u in acq.touched.values():
@@ -513,11 +448,65 @@ class SharePartition:
         self._settle()
         return [AcquiredRange(f, last, c, acq.deadline) for f, last, c in acq.out]
 
+    def _acquire_span(self, acq: _Acquisition, pos: int, last: int, has_data: bool, gap: int | None) -> int:
+        while pos <= last and not acq.stop:
+            if acq.taken >= acq.max_records:
+                acq.stop = True
+                break
+            u = self._unit_at(pos)
+            if u is not None:
+                pos = self._acquire_in(acq, u, pos, min(u.last, last), has_data)
+                continue
+            nxt = self._next_key(pos)
+            b = last if nxt is None else min(last, nxt - 1)
+            if pos > self._end:
+                pos = self._acquire_hole(acq, pos, b, has_data, beyond_end=True)
+            elif gap is not None and gap <= min(b, self._end):
+                # holes below `gap` are natural; skip to the window
+                pos = self._acquire_hole(acq, max(pos, gap), min(b, self._end), has_data, beyond_end=False)
+            else:
+                pos = min(b, self._end) + 1
+        return pos
+
+    def _park(self, acq: _Acquisition, a: int, b: int, gap: int | None) -> int:
+        """Key ordering: records of [a, b] wait behind an earlier record of their key. Untracked
+        ones (new, or gap-window holes) are tracked as AVAILABLE with no delivery yet."""
+        while a <= b:
+            u = self._unit_at(a)
+            if u is not None:
+                a = u.last + 1
+                continue
+            nxt = self._next_key(a)
+            y = b if nxt is None else min(b, nxt - 1)
+            if a > self._end:
+                y = min(y, a + acq.room - 1)
+                if y < a:
+                    acq.stop = True
+                    return a
+                acq.room -= y - a + 1
+                self._end = y
+            elif gap is None or gap > min(y, self._end):  # natural holes stay holes
+                a = min(y, self._end) + 1
+                continue
+            else:
+                a, y = max(a, gap), min(y, self._end)
+            prev = self._unit_at(a - 1)
+            if prev is not None and prev.size + y - a + 1 <= _STITCH_MAX:
+                prev.append(y - a + 1, AVAILABLE, 0, None, NO_DEADLINE)
+            else:
+                self._batches[a] = InFlightBatch(a, y, AVAILABLE, 0)
+            self._rescan = True
+            a = y + 1
+        return a
+
     def _acquire_in(self, acq: _Acquisition, u: InFlightBatch, a: int, b: int, has_data: bool) -> int:
         """Acquire (or archive, without data) the available offsets of [a, b] in range `u`;
         returns the next offset to look at. A range whose records failed often is handed out
         alone and in shrinking parts (:mod:`broker.share.poison`)."""
         runs = [r for r in u.runs(a, b) if r[2] == AVAILABLE and r[6] is None]
+        if self._holds and runs:  # back-off: only the parts whose wait is over
+            now = acq.deadline - self.lock_duration_ms
+            runs = [(p, q, *r[2:]) for r in runs for p, q in self._holds.free(r[0], r[1], now)]
         limit = self.delivery_count_limit
         held = poison.throttle(u.size, (r[3] for r in runs), limit) if has_data else None
         if held is not None and acq.taken:
@@ -628,6 +617,8 @@ class SharePartition:
                         if new_state == AVAILABLE and count >= self.delivery_count_limit:
                             new_state = self.archive_to
                         self._transition(change, u, p, q, new_state, count, (state, count, member, dl))
+                        if t == RELEASE and new_state == AVAILABLE:
+                            self._hold(p, q, count, now_ms)
         for u in touched:
             u.maybe_merge()  # renewed offsets may agree again
         return [ErrorCode.NONE] * len(parsed), self._finish(change)
@@ -722,6 +713,13 @@ class SharePartition:
         else:
             state = self.archive_to if count >= self.delivery_count_limit else AVAILABLE
             self._transition(change, u, a, b, state, count, old)
+            if state == AVAILABLE:
+                self._hold(a, b, count, self.clock())
+
+    def _hold(self, a: int, b: int, count: int, now_ms: int) -> None:
+        """Redelivery back-off (:mod:`broker.share.backoff`): [a, b] failed its `count`-th delivery."""
+        if self.backoff.enabled:
+            self._holds.hold(a, b, now_ms + self.backoff.delay(count))
 
     def finish_archiving(self, first: int, last: int) -> Change:
         """The dead-letter copies of [first, last] were written (or given up): its ARCHIVING
