@@ -128,12 +128,17 @@ def test_default_is_kafkas_immediate_redelivery() -> None:
     assert [r.delivery_count for r in sp.acquire("n", batches(10), 10, now_ms=0)] == [2]
 
 
-def test_restart_makes_records_available_again() -> None:
-    """Holds are not persisted: a reloaded partition hands the released records out at once."""
-    sp, clock = backing_off(10_000, 10_000, 2.0)
+def test_restart_restarts_the_backoff_from_load_time() -> None:
+    """Holds are not persisted, the delivery count is: a reloaded partition holds released records
+    for their back-off again, counted from the load."""
+    sp, clock = backing_off(100, 10_000, 2.0)
     got(sp, clock)
+    got(sp, clock, log=batches(10, 5))  # 10..14 stay with m across the restart (lost: not persisted)
     ack(sp, "m", (0, 9, [RELEASE]), now=clock.now)
-    assert not sp.acquirable(10)
-    persisted = [(a, b, s, c) for a, b, s, c, _m in sp.ranges()]
-    sp.initialize(4, sp.start_offset, persisted, log_start_offset=0, high_watermark=10)
-    assert sp.acquirable(10) and got(sp, clock) == [(0, 9, 2)]
+    persisted = [(a, b, s, c) for a, b, s, c, _m in sp.ranges() if s != ACQUIRED]
+    clock.now = 5000  # the broker comes back later
+    sp.initialize(4, sp.start_offset, persisted, log_start_offset=0, high_watermark=15)
+    assert sp.next_backoff_end() == 5100 and sp.next_fetch_offset() == 10
+    assert got(sp, clock, log=batches(10, 5)) == [(10, 14, 1)]
+    clock.now = 5100
+    assert got(sp, clock) == [(0, 9, 2)]

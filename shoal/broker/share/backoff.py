@@ -8,16 +8,16 @@ waits ``min(max, base * multiplier ** (deliveryCount - 1))`` before any member
 may acquire it again. Default 0: Kafka's behaviour, and the share partition
 then never consults this module (its fast path is unchanged).
 
-What counts as a failure: a RELEASE acknowledgement, a lock that ran out, and a
-member that is fenced or leaves without closing its session. A share session
-closed normally gives its records back without back-off (their delivery count
-is lowered too: nobody may have seen them).
+What counts as a failure: a RELEASE acknowledgement and a lock that ran out.
+Records a member gives back by leaving or closing its share session come back
+without back-off (their delivery count is lowered too: nobody may have seen
+them).
 
 :class:`Holds` keeps "not before" times per offset range, disjoint, newest hold
-winning where two overlap. It is not persisted: after a restart the records
-the coordinator stored as AVAILABLE are acquirable at once (any back-off they
-were serving is lost; the next failure starts a new one from its delivery
-count, which *is* persisted).
+winning where two overlap. It is not persisted, but rebuilt: the delivery
+count is, so when a share partition loads, each AVAILABLE range that was
+delivered before starts its back-off again from the load time (a record may so
+wait up to one back-off longer than it would have without the restart).
 """
 
 from __future__ import annotations

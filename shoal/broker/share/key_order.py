@@ -141,9 +141,8 @@ class KeyOrder:
             return
         for key, q in list(self._queues.items()):
             keep = [o for o in q if is_open(o)]
-            for o in q:
-                if o not in keep:
-                    del self._key_of[o]
+            for o in set(q).difference(keep):
+                del self._key_of[o]
             if keep:
                 self._queues[key] = keep
             else:

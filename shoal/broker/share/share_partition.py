@@ -238,6 +238,8 @@ class SharePartition:
             if first > prev_last + 1 and gap_start is None:
                 gap_start = prev_last + 1
             self._batches[first] = InFlightBatch(first, last, state, count)
+            if state == AVAILABLE and count:  # released before: its back-off restarts from now
+                self._hold(first, last, count, self.clock())
             prev_last = last
         self._end = prev_last
         if gap_start is not None:
