@@ -150,8 +150,11 @@ def high_watermarks(port: int, topic: str, partitions: int) -> list[int]:
     return [o for _, o in out]
 
 
-def produce(bootstrap: str, topic: str, partitions: int, n: int, batch_bytes: int, value_bytes: int = RECORD) -> float:
-    """n records of `value_bytes` (1 KiB), spread evenly over the partitions; returns seconds."""
+def produce(
+    bootstrap: str, topic: str, partitions: int, n: int, batch_bytes: int, value_bytes: int = RECORD, keys: int = 0
+) -> float:
+    """n records of `value_bytes` (1 KiB), spread evenly over the partitions; returns seconds.
+    `keys` > 0: record i has key ``k<i % keys>`` (else no key)."""
     from confluent_kafka import Producer
 
     p = Producer(
@@ -178,7 +181,8 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, batch_bytes: in
     for i in range(n):
         while True:
             try:
-                p.produce(topic, value=value, partition=i % partitions, on_delivery=report)
+                key = None if not keys else b"k%d" % (i % keys)
+                p.produce(topic, key=key, value=value, partition=i % partitions, on_delivery=report)
                 break
             except BufferError:
                 p.poll(0.001)

@@ -53,6 +53,9 @@ members (1 and 4 on one partition, 16 on 16) acknowledging every record on a
 broker with metrics on and one with them off, in alternating rounds, with the
 broker's CPU time per MB delivered and 95 % bootstrap intervals of each cost
 (metrics_overhead.py); --rounds N, --scrape-every S.
+--key-ordering: instead of the above, only what shoal.share.key.ordering costs: 4 codec
+members on one partition of records with --keys distinct keys (default 1,000), one group
+with key ordering off and one with it on, in alternating rounds (--rounds, default 2).
 """
 
 from __future__ import annotations
@@ -137,6 +140,43 @@ def metrics_overhead(n: int, batch_kib: int, rounds: int, scrape_every: float) -
     return ok
 
 
+def key_ordering(n: int, batch_kib: int, keys: int, rounds: int) -> bool:
+    """4 codec members on one partition of keyed records, shoal.share.key.ordering off and on."""
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="shoal-bench-share-keys-") as tmp:
+        b = BrokerProcess(Path(tmp) / "data", OVERRIDES)
+        b.start()
+        try:
+            create_topic(b.port, "qk", 1)
+            secs = produce(b.bootstrap, "qk", 1, n, batch_kib * 1024, keys=keys)
+            hwms = high_watermarks(b.port, "qk", 1)
+            print(f"{n:,} records of 1 KiB with {keys:,} keys produced to qk (1 partition) in {secs:.1f} s")
+            print(f"  {'key ordering':<13} {'round':>5} {'delivered/s':>12} {'acked/s':>10} {'fetches':>8} {'empty':>6}"
+                  f" {'broker CPU':>10}  checks")  # fmt: skip
+            rates: dict[str, list[float]] = {"off": [], "on": []}
+            for i in range(rounds):
+                for mode in ("off", "on"):
+                    on = "true" if mode == "on" else "false"
+                    r = share_run(b, "qk", 1, 4, f"g-keys-{mode}-{i}", hwms, shoal_share_key_ordering=on)
+                    t = r.tally
+                    ok &= r.ok
+                    checks = "exactly once, acks ok" if r.ok else (
+                        f"FAILED: delivered {t.delivered}/{t.total} dup {t.duplicates} redelivered"
+                        f" {t.redelivered} errors {dict(t.errors)}"
+                    )  # fmt: skip
+                    rates[mode].append(n / r.ack_s)
+                    print(f"  {mode:<13} {i:>5} {n / r.deliver_s:12,.0f} {n / r.ack_s:10,.0f} {t.fetches:8}"
+                          f" {t.empty_fetches:6} {r.broker_cpu:10.0%}  {checks}")  # fmt: skip
+            for mode in ("off", "on"):
+                row(f"acked/s 4 x 1, {keys:,} keys, key ordering {mode}", f"{max(rates[mode]):,.0f} /s", "best round")
+        finally:
+            b.stop()
+    w = max(len(r[0]) for r in ROWS)
+    for label, ours, ref, _target in ROWS:
+        print(f"{label:<{w}}  {ours:>14}  {ref}")
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller volumes (a smoke run)")
@@ -156,6 +196,8 @@ def main() -> None:
         default=1.0,
         help="seconds between scrapes of --metrics both (0: none, the control run)",
     )
+    ap.add_argument("--key-ordering", action="store_true", help="only 4 members with key ordering off and on")
+    ap.add_argument("--keys", type=int, default=1000, help="distinct record keys of --key-ordering")
     args = ap.parse_args()
     quick = args.quick
     per_batch = max(1, args.batch_kib * 1024 // (RECORD + 70))  # measured below
@@ -164,6 +206,10 @@ def main() -> None:
     ok = True
     if args.metrics == "both":
         if not metrics_overhead(n, args.batch_kib, args.rounds or (4 if quick else 12), args.scrape_every):
+            sys.exit(1)
+        return
+    if args.key_ordering:
+        if not key_ordering(n, args.batch_kib, args.keys, args.rounds or 2):
             sys.exit(1)
         return
 

@@ -414,10 +414,11 @@ def share_run(
     group: str,
     hwms: list[int],
     max_bytes: int = 50 * MIB,
+    **configs: str,
 ) -> ShareRun:
     import uvloop
 
-    group_config(b.port, group, share_auto_offset_reset="earliest")
+    group_config(b.port, group, share_auto_offset_reset="earliest", **configs)
     assert b.proc is not None
     pid = b.proc.pid
 
