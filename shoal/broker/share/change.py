@@ -9,16 +9,22 @@ hands a member. Sans-IO.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from shoal.broker.share.in_flight import InFlightBatch
-
-if TYPE_CHECKING:
-    from shoal.broker.share.share_partition import SharePartition
 
 __all__ = ["AcquiredRange", "Batch", "Change"]
 
 _PENDING, _COMMITTED, _UNDONE = 0, 1, 2
+
+
+class _Owner(Protocol):
+    """The share partition that made a change (share_partition.SharePartition)."""
+
+    def _commit(self, change: Change) -> None: ...
+
+    def _undo_change(self, change: Change) -> None: ...
+
 
 # (first_offset, last_offset, delivery_state, delivery_count), as the share coordinator stores it.
 Batch = tuple[int, int, int, int]
@@ -49,7 +55,7 @@ class Change:
     start_offset: int = -1
     batches: list[Batch] = field(default_factory=list)
     delivery_complete_count: int = -1
-    _owner: SharePartition | None = field(default=None, repr=False)
+    _owner: _Owner | None = field(default=None, repr=False)
     _status: int = field(default=_COMMITTED, repr=False)
     # (batch, first, last, old state, old count, old member, old deadline)
     _undo: list[tuple[InFlightBatch, int, int, int, int, str | None, int]] = field(default_factory=list, repr=False)
