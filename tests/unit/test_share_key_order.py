@@ -153,6 +153,15 @@ def test_random_runs_keep_the_key_invariants(key_of, ops) -> None:
             if keys[o] is not None:
                 earlier = [p for p in range(o) if keys[p] == keys[o]]
                 assert all(done(sp, p) for p in earlier), f"{o} acquired before an earlier record of its key"
+        # the next fetch offset (remembered between scans) is the first record ready now, by brute force
+        ready = [
+            o
+            for o in range(sp.start_offset, sp.end_offset + 1)
+            if (s := sp.state_of(o)) is not None
+            and s[0] == AVAILABLE
+            and (keys[o] is None or all(done(sp, p) for p in range(o) if keys[p] == keys[o]))
+        ]
+        assert sp.next_fetch_offset() == (ready[0] if ready else sp.end_offset + 1)
 
     for op, m, k, t, optimized in ops:
         member = f"m{m}"

@@ -241,6 +241,7 @@ class SharePartitionManager:
         )
         if self.setting(gid, "shoal.share.key.ordering") != (sp.key_order is not None):
             sp.key_order = KeyOrder() if sp.key_order is None else None
+        sp.features_changed()
 
     def _reset_offset(self, gid: str, partition: Any) -> int:
         store = self.broker.group_configs

@@ -83,7 +83,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sortedcontainers import SortedDict
@@ -92,6 +91,7 @@ from shoal.broker.share import poison
 from shoal.broker.share.ack_batches import ack_fields as _ack_fields
 from shoal.broker.share.ack_batches import coalesce as _coalesce
 from shoal.broker.share.ack_batches import type_runs as _type_runs
+from shoal.broker.share.acquisition import Acquisition as _Acquisition
 from shoal.broker.share.backoff import BackoffPolicy, Holds
 from shoal.broker.share.change import _COMMITTED, _PENDING, AcquiredRange, Change
 from shoal.broker.share.fetched import deliverable_segments
@@ -126,31 +126,6 @@ _STITCH_MAX = 16
 
 # (state, delivery count, member, lock deadline) of a range before a transition
 _Old = tuple[int, int, "str | None", int]
-
-
-@dataclass(slots=True)
-class _Acquisition:
-    """Bookkeeping of one acquire() call."""
-
-    member: str
-    deadline: int
-    max_records: int
-    room: int  # records that may still be added beyond the end offset
-    batch_optimized: bool
-    batch_size: int | None
-    taken: int = 0
-    stop: bool = False
-    out: list[list[int]] = field(default_factory=list)
-    touched: dict[int, InFlightBatch] = field(default_factory=dict)
-    fresh: InFlightBatch | None = None
-
-    def add(self, unit: InFlightBatch, first: int, last: int, count: int) -> None:
-        self.taken += last - first + 1
-        self.touched[id(unit)] = unit
-        if self.out and self.out[-1][1] == first - 1 and self.out[-1][2] == count:
-            self.out[-1][1] = last
-        else:
-            self.out.append([first, last, count])
 
 
 def _starts_by(last: int) -> Callable[[InFlightBatch], bool]:
@@ -194,7 +169,8 @@ class SharePartition:
         self._gap_start: int | None = None
         self._gap_end = -1
         self._locks: list[tuple[int, InFlightBatch]] = []  # (deadline, batch) heap, lazily pruned
-        self._rescan = False  # something may have become AVAILABLE since the last scan
+        self._rescan = False  # something may have become AVAILABLE (or, key ordering, unblocked) since the last scan
+        self._memo: tuple[int, int] | None = None  # back-off / key ordering: (scan from, until a back-off ends)
         self._holds = Holds()  # back-off: released offsets not acquirable before a time
         if self.key_order is not None:
             self.key_order.clear()
@@ -337,24 +313,38 @@ class SharePartition:
         """Where the next log read should start: the first acquirable offset in flight
         (AVAILABLE, or a hole of the gap window), else the offset after the end."""
         gap = self._gap_start if self._gap_active() else None
-        if not self._rescan and gap is None:
-            return self._end + 1
         cur = self._start
+        if not self._rescan and gap is None:
+            if self._memo is None:
+                return self._end + 1
+            if self._memo[1] > self.clock():  # no back-off ended: nothing before the memo got ready
+                cur = max(cur, self._memo[0])
+        waiting = bool(self._holds) or self.key_order is not None
         for u in self._units_from(cur):
             if u.first > cur:
                 if gap is not None and gap < u.first:
                     return max(cur, gap)
                 cur = u.first
             found = u.first_available(cur, u.last)
-            if found is not None and (self._holds or self.key_order is not None):
+            if found is not None and waiting:
                 found = self._first_ready(u, found)
             if found is not None:
-                return found
+                return self._remember(found) if waiting else found
             cur = u.last + 1
         if gap is not None and max(cur, gap) <= self._end:
             return max(cur, gap)
-        self._rescan = bool(self._holds) or self.key_order is not None  # waiting records come back
-        return self._end + 1
+        self._rescan = False
+        return self._remember(self._end + 1) if waiting else self._end + 1
+
+    def _remember(self, offset: int) -> int:
+        """Later scans start at `offset` until something before it may be ready (see _rescan)."""
+        end = self._holds.next_end(self.clock()) if self._holds else None
+        self._memo = (offset, 1 << 62 if end is None else end)
+        self._rescan = False
+        return offset
+
+    def features_changed(self) -> None:  # the back-off or key ordering was switched: scan again
+        self._rescan, self._memo = True, None
 
     def _first_ready(self, u: InFlightBatch, found: int | None) -> int | None:
         """The first AVAILABLE offset of `u` from `found` on neither backing off nor waiting behind
@@ -497,7 +487,6 @@ class SharePartition:
                 prev.append(y - a + 1, AVAILABLE, 0, None, NO_DEADLINE)
             else:
                 self._batches[a] = InFlightBatch(a, y, AVAILABLE, 0)
-            self._rescan = True
             a = y + 1
         return a
 
@@ -519,6 +508,7 @@ class SharePartition:
             if not has_data or count >= limit:
                 u.set_range(x, y, ARCHIVED, count, None, NO_DEADLINE, None)
                 acq.touched[id(u)] = u
+                self._rescan = True  # done now: a later record of its key may be next
                 continue
             if acq.taken >= acq.max_records:
                 acq.stop = True
@@ -831,4 +821,5 @@ class SharePartition:
         self._check_ready()
         if log_start_offset > self._start:
             self._start = log_start_offset
+            self._rescan = True  # key ordering: records below it no longer hold their keys back
             self._settle()
