@@ -24,8 +24,7 @@ from shoal.protocol.constants import (  # noqa: E402
     REJECT,
     RELEASE,
 )
-from shoal.protocol.records import build_batch  # noqa: E402
-from shoal.protocol.records import iter_batches  # noqa: E402
+from shoal.protocol.records import build_batch, iter_batches  # noqa: E402
 from tests.support.share_partition import batches, make  # noqa: E402
 
 DONE = (ACKNOWLEDGED, ARCHIVED)
