@@ -31,6 +31,7 @@ The shared rules, as Kafka 4.2's clients follow them:
 
 from __future__ import annotations
 
+import abc
 import base64
 import random
 import uuid
@@ -76,7 +77,7 @@ class MemberState(Enum):
     FATAL = "fatal"  # an error no retry can fix
 
 
-class HeartbeatMembership:
+class HeartbeatMembership(abc.ABC):
     """The epoch, timing and token rules both heartbeat memberships share (see module doc).
 
     A subclass says what its subscription is (``subscribed``), how long the poll timer runs
@@ -113,25 +114,27 @@ class HeartbeatMembership:
 
     # -- what a subclass says ----------------------------------------------------------------
     @property
+    @abc.abstractmethod
     def subscribed(self) -> bool:
-        raise NotImplementedError
+        """Whether the member has a subscription to heartbeat for."""
 
     @property
+    @abc.abstractmethod
     def poll_timeout_ms(self) -> int:
-        raise NotImplementedError
+        """How long the application may go without polling before the member goes stale."""
 
+    @abc.abstractmethod
     def _accept(self, assignment: Mapping[uuid.UUID, Iterable[int]] | None, now: float) -> bool:
         """A successful answer, after the epoch and timing were taken; True when the shell
         has something new to act on."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _drop(self, *, lost: bool) -> bool:
         """Give up the assignment (``lost``: without revoking it); True when the shell must act."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _resend_all(self) -> None:
         """The coordinator may have missed the last heartbeat: the next one carries everything."""
-        raise NotImplementedError
 
     # -- queries -------------------------------------------------------------------------------
     @property
@@ -263,7 +266,7 @@ class HeartbeatMembership:
         self._next_at = None
         return self._drop(lost=stale)
 
-    def _on_leave_for_poll(self) -> None:
+    def _on_leave_for_poll(self) -> None:  # noqa: B027 (an optional hook: nothing by default)
         """The poll timer ran out and the member is about to leave (a hook)."""
 
     def _check_poll_timer(self, now: float) -> None:
