@@ -453,18 +453,29 @@ def test_write_outcome_ignored_after_the_group_moved_on() -> None:
     assert h.g.state == GroupState.COMPLETING_REBALANCE and h.g.generation_id == gen + 1
 
 
-def test_duplicate_leader_sync_first_outcome_wins() -> None:
+def test_duplicate_leader_sync_is_held_and_writes_nothing() -> None:
+    """A leader's retried SyncGroup while its first write is in flight gets the first write's
+    outcome (as in Kafka) and writes no second record (Kafka does, and a restart would load that
+    one, which may differ from what the members were told)."""
     h, _ = completing_group_of(1)
     gen, leader = h.g.generation_id, h.g.leader_id
     h.sync(leader, gen, {leader: b"one"})
     t2 = h.sync(leader, gen, {leader: b"two"})  # a retry while the first write is in flight
-    first, second = h.writes
-    h.writes = [first]
+    assert len(h.writes) == 1 and h.writes[0].assignments == {leader: b"one"}
     h.store()
-    assert h.g.state == GroupState.STABLE and h.result(t2).assignment == b"one"
-    h.writes = [second]
-    h.store(ErrorCode.KAFKA_STORAGE_ERROR)  # the group is Stable: a late failure changes nothing
     assert h.g.state == GroupState.STABLE and h.g.members[leader].assignment == b"one"
+    assert h.result(t2).assignment == b"one"
+
+
+def test_duplicate_leader_sync_shares_a_failed_outcome() -> None:
+    h, _ = completing_group_of(1)
+    gen, leader = h.g.generation_id, h.g.leader_id
+    h.sync(leader, gen, {leader: b"one"})
+    t2 = h.sync(leader, gen, {leader: b"two"})
+    assert len(h.writes) == 1
+    h.store(ErrorCode.KAFKA_STORAGE_ERROR)
+    assert h.g.state == GroupState.PREPARING_REBALANCE
+    assert h.result(t2).error == ErrorCode.NOT_COORDINATOR
 
 
 def test_sync_timeout_during_write_removes_silent_members() -> None:

@@ -152,6 +152,11 @@ class ClassicGroup:
         self.dirty = False
         self._outbox: list[tuple[Any, Any]] = []
         self._writes: list[AssignmentWrite] = []
+        # The leader's assignment write in flight, if any. A retried leader SyncGroup meanwhile is
+        # held and answered with that write's outcome, and writes nothing: Kafka writes the retry
+        # again but installs the first, so its log's last record (what a restart loads) could
+        # differ from what the members were told.
+        self._write_in_flight: AssignmentWrite | None = None
 
     # -- helpers ---------------------------------------------------------------
     def take_outbox(self) -> list[tuple[Any, Any]]:
@@ -450,8 +455,11 @@ class ClassicGroup:
             self.pending_sync.discard(member_id)
             if member_id == self.leader_id:
                 # Stay in CompletingRebalance (syncs keep being held) until the write is durable.
-                full = {mid: bytes(assignments.get(mid, b"")) for mid in self.members}
-                self._writes.append(AssignmentWrite(self.generation_id, full))
+                pending = self._write_in_flight
+                if pending is None or pending.generation_id != self.generation_id:
+                    full = {mid: bytes(assignments.get(mid, b"")) for mid in self.members}
+                    self._write_in_flight = AssignmentWrite(self.generation_id, full)
+                    self._writes.append(self._write_in_flight)
         else:  # Stable: a retry of a sync whose answer was lost
             self._outbox.append(
                 (token, SyncResult(ErrorCode.NONE, self.protocol_type, self.protocol_name, member.assignment))
@@ -463,6 +471,8 @@ class ClassicGroup:
         Ignored unless the group is still completing the same generation: a
         join, leave or expiry meanwhile already started another rebalance.
         """
+        if write is self._write_in_flight:
+            self._write_in_flight = None
         if self.state != GroupState.COMPLETING_REBALANCE or write.generation_id != self.generation_id:
             return
         if error != ErrorCode.NONE:
