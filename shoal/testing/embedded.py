@@ -52,6 +52,8 @@ EMBEDDED_DEFAULTS: dict[str, Any] = {
 
 # fast_timers=True: groups form at once and members may ask for short timeouts, so a test of a
 # rebalance or a lock timeout takes a fraction of a second rather than Kafka's production seconds.
+# A share group's target is recomputed on every change (Kafka 4.3's 1 s assignment interval would
+# hold a member that joins just after another without partitions for a second or more).
 FAST_TIMERS: dict[str, Any] = {
     "group.initial.rebalance.delay.ms": 0,
     "group.min.session.timeout.ms": 500,
@@ -61,6 +63,7 @@ FAST_TIMERS: dict[str, Any] = {
     "group.share.min.session.timeout.ms": 500,
     "group.share.min.heartbeat.interval.ms": 50,
     "group.share.heartbeat.interval.ms": 250,
+    "group.share.assignment.interval.ms": 0,
     "group.share.min.record.lock.duration.ms": 1000,
 }
 

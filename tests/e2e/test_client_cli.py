@@ -37,6 +37,7 @@ FAST = (
     "group.initial.rebalance.delay.ms=0",
     "group.share.min.heartbeat.interval.ms=200",
     "group.share.heartbeat.interval.ms=200",
+    "group.share.assignment.interval.ms=0",
 )
 
 

@@ -37,6 +37,7 @@ FAST = (
     "share.coordinator.state.topic.num.partitions=3",
     "group.share.min.heartbeat.interval.ms=200",
     "group.share.heartbeat.interval.ms=200",
+    "group.share.assignment.interval.ms=0",
     "group.share.min.record.lock.duration.ms=1000",
 )
 TOPICS = {"mt0": 2, "mt1": 1, "mt2": 3}

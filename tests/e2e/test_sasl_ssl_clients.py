@@ -68,6 +68,7 @@ def broker(files, tmp_path_factory):
             "share.coordinator.state.topic.num.partitions": "1",
             "group.share.min.heartbeat.interval.ms": "200",
             "group.share.heartbeat.interval.ms": "200",
+            "group.share.assignment.interval.ms": "0",
             "group.initial.rebalance.delay.ms": "0",
         },
         data_dir=tmp_path_factory.mktemp("sasl-ssl") / "d",

@@ -36,6 +36,7 @@ FAST = (
     "share.coordinator.state.topic.num.partitions=3",
     "group.share.min.heartbeat.interval.ms=200",
     "group.share.heartbeat.interval.ms=200",
+    "group.share.assignment.interval.ms=0",
 )
 ASO = api_by_name("AlterShareGroupOffsets").request_class()
 DSO = api_by_name("DescribeShareGroupOffsets").request_class()

@@ -26,6 +26,7 @@ FAST = (
     "share.coordinator.state.topic.num.partitions=3",
     "group.share.min.heartbeat.interval.ms=200",
     "group.share.heartbeat.interval.ms=200",
+    "group.share.assignment.interval.ms=0",
     # every request and answer in the broker's log (shoal.request): if close() hangs again, the log
     # shows what librdkafka sent last and whether each request was answered
     "log.level=DEBUG",

@@ -22,6 +22,7 @@ FAST = (
     "share.coordinator.state.topic.num.partitions=3",
     "group.share.min.heartbeat.interval.ms=200",
     "group.share.heartbeat.interval.ms=200",
+    "group.share.assignment.interval.ms=0",
     "group.share.min.record.lock.duration.ms=1000",
 )
 

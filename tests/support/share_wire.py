@@ -19,6 +19,7 @@ FAST = (
     "share.coordinator.state.topic.num.partitions=3",
     "group.share.min.heartbeat.interval.ms=100",
     "group.share.heartbeat.interval.ms=100",
+    "group.share.assignment.interval.ms=0",
     "group.share.min.record.lock.duration.ms=1000",
     "group.share.max.share.sessions=3",
     "group.share.max.partition.max.record.locks=10000",

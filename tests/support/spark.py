@@ -34,6 +34,7 @@ SPARK_BROKER_OVERRIDES = (
     "group.share.min.record.lock.duration.ms=1000",
     "group.share.min.heartbeat.interval.ms=200",
     "group.share.heartbeat.interval.ms=300",
+    "group.share.assignment.interval.ms=0",
     "group.share.min.session.timeout.ms=6000",
     "group.share.session.timeout.ms=10000",
     "num.partitions=3",

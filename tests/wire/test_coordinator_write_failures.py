@@ -35,6 +35,7 @@ SMALL_RECORDS = (
     "group.initial.rebalance.delay.ms=0",
     "group.share.min.heartbeat.interval.ms=100",
     "group.share.heartbeat.interval.ms=100",
+    "group.share.assignment.interval.ms=0",
 )
 
 

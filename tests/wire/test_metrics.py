@@ -281,7 +281,7 @@ def test_dead_lettered_records_and_share_request_counts(broker) -> None:
         a = acknowledge(c, group, "m1", 1, tid, 0, batch(0, 2, REJECT), batch(3, 7, ACCEPT))
         assert a.error_code == 0 and a.responses[0].partitions[0].error_code == 0
     labels = {"group": group, "topic": topic}
-    dead = "kafka_server_sharepartitionmetrics_deadletteredrecords_total"
+    dead = "kafka_server_sharegroupmetrics_deadletterqueuerecordcount_total"
     samples = scrape_until(broker.http_port, dead, 3, **labels)
     assert value(samples, dead, **labels) == 3
     assert value(samples, "kafka_log_log_logendoffset", topic=dlq, partition="0") == 3  # the copies

@@ -26,6 +26,7 @@ FAST = (
     "share.coordinator.state.topic.num.partitions=3",
     "group.share.min.heartbeat.interval.ms=100",
     "group.share.heartbeat.interval.ms=100",
+    "group.share.assignment.interval.ms=0",
     "group.share.min.session.timeout.ms=1500",
     "group.share.session.timeout.ms=1500",
 )

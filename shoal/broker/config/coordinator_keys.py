@@ -312,6 +312,31 @@ COORDINATOR_KEYS: Final = (
         validator=Range(100, 10000),
         min_key="group.share.min.partition.max.record.locks",
     ),
+    # KIP-1263 (Kafka 4.3): at most one target-assignment computation per interval and share group
+    _key(
+        "group.share.assignment.interval.ms",
+        INT,
+        1000,
+        "Least time between two target-assignment computations of a share group; 0 computes on every change.",
+        validator=AT_LEAST_0,
+        min_key="group.share.min.assignment.interval.ms",
+        max_key="group.share.max.assignment.interval.ms",
+    ),
+    _key(
+        "group.share.min.assignment.interval.ms",
+        INT,
+        0,
+        "Lowest assignment interval a share group may set.",
+        validator=AT_LEAST_0,
+    ),
+    _key(
+        "group.share.max.assignment.interval.ms",
+        INT,
+        15000,
+        "Highest assignment interval a share group may set.",
+        validator=AT_LEAST_0,
+        min_key="group.share.min.assignment.interval.ms",
+    ),
     _key(
         "group.share.max.share.sessions",
         INT,

@@ -99,6 +99,16 @@ GROUP_CONFIGS: Final = ConfigDef.of(
         max_key=_GS + "max.partition.max.record.locks",
     ),
     _group(
+        "share.assignment.interval.ms",
+        INT,
+        1000,
+        "Least time between two target-assignment computations of this share group.",
+        validator=Range(0),  # Kafka's GroupConfig: atLeast(0)
+        synonym=_GS + "assignment.interval.ms",
+        min_key=_GS + "min.assignment.interval.ms",
+        max_key=_GS + "max.assignment.interval.ms",
+    ),
+    _group(
         "share.auto.offset.reset",
         STR,
         "latest",

@@ -43,7 +43,7 @@ kafka.server:type=SharePartitionMetrics,name=InFlightMessageCount          kafka
 kafka.server:type=ShareSessionCache,name=ShareSessionsCount                kafka_server_sharesessioncache_sharesessionscount
 kafka.server:type=ShareSessionCache,name=SharePartitionsCount              kafka_server_sharesessioncache_sharepartitionscount
 Shoal: records archived at the delivery-count limit                        kafka_server_sharepartitionmetrics_archiveddeliverylimit_total{group,topic}
-Shoal: records copied to the share group's dead-letter topic (KIP-1191)    kafka_server_sharepartitionmetrics_deadletteredrecords_total{group,topic}
+kafka.server:type=ShareGroupMetrics,name=DeadLetterQueueRecordCount        kafka_server_sharegroupmetrics_deadletterqueuerecordcount_total{group,topic}
 Shoal: share-partition lag (DescribeShareGroupOffsets' lag)                kafka_sharegroup_lag{group,topic,partition}
 Shoal: ready (1) or not (0), as /health/ready answers                      shoal_broker_ready
 =========================================================================  =====================================================================
@@ -53,7 +53,9 @@ Shoal never evicts a session for a new one, it answers SHARE_SESSION_LIMIT_REACH
 
 Labels in ``[brackets]`` are present on the per-topic series and absent on the
 broker-wide total, as the JMX exporter writes the two MBeans. Acknowledge types
-are lower-case: accept, release, reject, renew.
+are lower-case: accept, release, reject, renew. Kafka 4.4's ``DeadLetterQueueRecordCount`` is
+a meter although its name lacks ``PerSec``, so its Count is a ``_total`` counter here too; its
+MBean has only the ``group`` key, Shoal's series add ``topic`` (sum by group for Kafka's).
 
 The two idle metrics are named as the JMX exporter's Kafka rules name a
 ``...Percent`` MBean (``kafka_<domain>_<type>_<name without Percent>_percent``)
@@ -184,7 +186,7 @@ METRICS: Final = {
         "Share records archived at the delivery-count limit.",
     ),
     "share_dead_lettered": _m(
-        "kafka_server_sharepartitionmetrics_deadletteredrecords",
+        "kafka_server_sharegroupmetrics_deadletterqueuerecordcount",
         "counter",
         "Share records copied to the group's dead-letter topic.",
     ),

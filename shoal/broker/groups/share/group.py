@@ -9,12 +9,26 @@ who should hold what, and every heartbeat moves the sender towards that:
   topics (a hash over each subscribed, existing topic's name, id and
   partition count, so partition growth and re-creation under a new id count);
 * ``assignment_epoch`` -- the group epoch the target assignment was computed
-  for; when ``group_epoch`` is ahead, the next heartbeat recomputes the target
-  with :func:`broker.groups.share.assignor.assign`, the previous target as input for
-  stickiness;
+  for; when ``group_epoch`` is ahead, a heartbeat recomputes the target with
+  :func:`broker.groups.share.assignor.assign`, the previous target as input for
+  stickiness -- but no sooner than the group's assignment interval
+  (``share.assignment.interval.ms``, KIP-1263, Kafka 4.3) after the previous
+  computation, so a burst of joins costs one rebalance, not one per member;
 * each member's ``member_epoch`` -- share members hold no exclusive offsets,
   so there is nothing to revoke first: a heartbeating member jumps straight to
   the target (``member_epoch = assignment_epoch``, ``assigned = target``).
+
+The assignment interval (Kafka's ``canComputeNextTargetAssignment``): the
+target is recomputed at once when the group has none yet or does not know when
+it was computed (``assignment_timestamp_ms`` 0: a new group, or records older
+than KIP-1263), when the interval is 0, or once the interval has passed since
+the last computation; otherwise the heartbeat answers from the current target
+(a member joining meanwhile gets the current assignment epoch and nothing
+assigned). Nothing fires when the interval ends: the next heartbeat of any
+member after it computes the target, as in Kafka, and the heartbeat interval
+told to members does not change. The time is wall-clock (``wall_ms``) because
+it is written with the target (ShareGroupTargetAssignmentMetadata's
+AssignmentTimestamp), so a restart does not cut the interval short.
 
 The object does no I/O and reads no clock: callers pass ``now_ms`` and the
 broker's current topic metadata (name -> (topic id, partition count)) on every
@@ -109,6 +123,7 @@ class ShareGroup:
         self.group_id = group_id
         self.group_epoch = 0
         self.assignment_epoch = 0
+        self.assignment_timestamp_ms = 0  # wall-clock ms of the last target computation; 0: unknown
         self.members: dict[str, ShareMember] = {}
         self.target: dict[str, TopicAssignment] = {}
         self.metadata_hash = 0
@@ -145,7 +160,17 @@ class ShareGroup:
         self.target.pop(member_id, None)
         self._bump()
 
-    def _compute_target(self, topics: Mapping[str, tuple[uuid.UUID, int]]) -> None:
+    def can_compute_target(self, interval_ms: int, wall_ms: int) -> bool:
+        """Whether a target computation may run now (it is due only when group_epoch is ahead)."""
+        if self.assignment_timestamp_ms == 0 or interval_ms == 0:
+            return True
+        return wall_ms >= self.assignment_timestamp_ms + interval_ms
+
+    def assignment_pending(self) -> bool:
+        """The group epoch moved past the target: a heartbeat will (maybe later) compute a new one."""
+        return self.group_epoch > self.assignment_epoch
+
+    def _compute_target(self, topics: Mapping[str, tuple[uuid.UUID, int]], wall_ms: int) -> None:
         names_by_id = {tid: name for name, (tid, _) in topics.items()}
         current: dict[str, dict[str, frozenset[int]]] = {}
         for member_id, by_id in self.target.items():
@@ -166,6 +191,7 @@ class ShareGroup:
         }
         self.target = target
         self.assignment_epoch = self.group_epoch
+        self.assignment_timestamp_ms = wall_ms
         self.dirty = True
 
     def _subscribed_names(self) -> set[str]:
@@ -189,8 +215,14 @@ class ShareGroup:
         *,
         client_id: str = "",
         client_host: str = "",
+        assignment_interval_ms: int = 0,
+        wall_ms: int | None = None,
     ) -> HeartbeatResult:
-        """Handle one ShareGroupHeartbeat; `topics` is the broker's current metadata."""
+        """Handle one ShareGroupHeartbeat; `topics` is the broker's current metadata.
+
+        `assignment_interval_ms` is the group's share.assignment.interval.ms;
+        `wall_ms` the wall-clock time it is measured in (default `now_ms`).
+        """
         if self.state == DEAD:
             return HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id, member_epoch)
         if not member_id:
@@ -242,10 +274,11 @@ class ShareGroup:
             bump = True
         if bump:
             self._bump()
-        if self.group_epoch > self.assignment_epoch:
-            self._compute_target(topics)
+        wall = now_ms if wall_ms is None else wall_ms
+        if self.assignment_pending() and self.can_compute_target(assignment_interval_ms, wall):
+            self._compute_target(topics, wall)
 
-        # Reconcile: share members move to their target at once.
+        # Reconcile: share members move to their target at once (a deferred target: the current one).
         before = member.assigned
         target = dict(self.target.get(member_id, {}))
         if member.member_epoch != self.assignment_epoch or target != before:

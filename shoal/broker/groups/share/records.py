@@ -88,7 +88,7 @@ def image(group: ShareGroup) -> Image:
         out[(CURRENT, gid, mid)] = (m.member_epoch, m.previous_member_epoch, _parts(m.assigned))
     for mid, target in group.target.items():
         out[(TARGET_MEMBER, gid, mid)] = (_parts(target),)
-    out[(TARGET_META, gid)] = (group.assignment_epoch,)
+    out[(TARGET_META, gid)] = (group.assignment_epoch, group.assignment_timestamp_ms)
     if group.initializing or group.initialized or group.deleting:
         out[(STATE_PARTITIONS, gid)] = (
             _init_tuple(group.initializing),
@@ -114,7 +114,7 @@ def _value(k: tuple[str, ...], v: tuple) -> Any:
         rack, client_id, host, subs = v
         return cls(rack_id=rack, client_id=client_id, client_host=host, subscribed_topic_names=list(subs))
     if name == TARGET_META:
-        return cls(assignment_epoch=v[0])
+        return cls(assignment_epoch=v[0], assignment_timestamp=v[1])
     if name == TARGET_MEMBER:
         return cls(topic_partitions=[cls.TopicPartition(topic_id=t, partitions=list(ps)) for t, ps in v[0]])
     if name == CURRENT:
@@ -166,7 +166,7 @@ def _record_tuple(name: str, v: Any) -> tuple:
     if name == MEMBER:
         return (v.rack_id, v.client_id, v.client_host, tuple(sorted(v.subscribed_topic_names)))
     if name == TARGET_META:
-        return (v.assignment_epoch,)
+        return (v.assignment_epoch, v.assignment_timestamp)
     if name == TARGET_MEMBER:
         return (_record_parts(v.topic_partitions),)
     if name == CURRENT:
@@ -246,7 +246,7 @@ class ShareGroupReplayer:
                 g.target[k.member_id] = {tp.topic_id: frozenset(tp.partitions) for tp in v.topic_partitions}
         elif name == TARGET_META:
             if v is not None:
-                g.assignment_epoch = v.assignment_epoch
+                g.assignment_epoch, g.assignment_timestamp_ms = v.assignment_epoch, v.assignment_timestamp
         elif name == STATE_PARTITIONS:
             now = self.now_ms()
             if v is None:

@@ -24,7 +24,10 @@ share-offset admin APIs and DeleteGroups into calls on the sans-IO
   next deadline. Only a member joining with an earlier deadline, or the
   group emptying, completes it early.
 
-Group deadlines use the monotonic clock (the timer's).
+Group deadlines use the monotonic clock (the timer's). The assignment
+interval (``share.assignment.interval.ms``) is measured in wall-clock time,
+as the time of the last target computation is written with the target; no
+timer runs for it: the first heartbeat after it ends computes the target.
 """
 
 from __future__ import annotations
@@ -217,6 +220,8 @@ class ShareGroupService:
             self.max_size,
             client_id=client_id,
             client_host=client_host,
+            assignment_interval_ms=self.setting(gid, "share.assignment.interval.ms"),
+            wall_ms=self.broker.clock.now_ms(),
         )
         if result.error == ErrorCode.NONE and member_epoch in (-1, 0) and (member_epoch == -1 or rejoined):
             # A member that left, or rejoined after losing its state, gives back what it holds.
