@@ -152,6 +152,7 @@ class PartitionLog(LogReads, LogTrimming):
         "_segments",
         "_size",
         "_start",
+        "_targets_out",
         "checkpoint_on_flush",
         "clock",
         "config",
@@ -180,6 +181,7 @@ class PartitionLog(LogReads, LogTrimming):
         self.checkpoint_on_flush = True
         self._rp_fd = -1
         self._rp_cap: int | None = None
+        self._targets_out = 0  # flush targets handed out and not yet marked flushed
         self._pending: list[tuple[int, int]] = []  # (fd to fsync once, offset that covers it)
         self._dir_dirty = False
         self._last_flush_ms = 0
@@ -380,6 +382,11 @@ class PartitionLog(LogReads, LogTrimming):
     @property
     def writes_in_flight(self) -> int:
         return len(self._inflight)
+
+    @property
+    def pending_end_offset(self) -> int:
+        """The offset the next append gets: ``log_end_offset`` plus the writes in flight."""
+        return self._next_offset
 
     @property
     def failed(self) -> BaseException | None:
@@ -599,8 +606,9 @@ class PartitionLog(LogReads, LogTrimming):
 
         Contract: fsync every descriptor (in any thread), then call
         ``mark_flushed(offset)`` from the log's thread.  Do not close them.
-        Keep at most one target per log in flight (coalesce callers instead);
-        on an fsync error, call ``io_failed`` instead of ``mark_flushed``.
+        Several targets may be in flight (the flusher overlaps two rounds),
+        and they may be marked in any order; on an fsync error, call
+        ``io_failed`` instead of ``mark_flushed``.
         Raises LogFailed for an offline log: nothing more of it becomes durable.
         """
         self._check_writable()
@@ -618,7 +626,9 @@ class PartitionLog(LogReads, LogTrimming):
             if seg.next_offset <= rp:
                 break
             fds.append(seg.fd)
-        self._rp_cap = None
+        if self._targets_out == 0:  # no target from before a truncation is left to cap
+            self._rp_cap = None
+        self._targets_out += 1
         return fds, leo
 
     def mark_flushed(self, offset: int, *, checkpoint: bool = True) -> None:
@@ -629,7 +639,10 @@ class PartitionLog(LogReads, LogTrimming):
         """
         if self._closed:
             return
-        if self._rp_cap is not None:  # truncated after that target was taken
+        self._targets_out = max(0, self._targets_out - 1)
+        # Truncated after a target still in flight was taken: cap (errs low, when
+        # this target came after the truncation, until no older one is out).
+        if self._rp_cap is not None:
             offset = min(offset, self._rp_cap)
         offset = min(offset, self.log_end_offset)
         still: list[tuple[int, int]] = []
