@@ -2,14 +2,15 @@
 
 Why it is shaped this way:
 
-* Everything is synchronous file I/O called from the event loop.  Appends
-  and reads are a handful of syscalls on the page cache, cheaper than a hop
-  to a thread.  The one slow operation, fsync, is split out: ``flush_target``
+* The bookkeeping is synchronous, on the event loop.  Reads are a handful
+  of syscalls on the page cache; the broker hands appends to a writer
+  thread (below), as a write into a throttled page cache can block.  The
+  slowest operation, fsync, is split out: ``flush_target``
   names the descriptors to sync and the offset that will then be durable,
   a worker thread fsyncs them, and ``mark_flushed`` records the result.  That
   lets the broker fsync outside the loop and let one fsync serve every
   producer waiting on it (``broker.log.flusher``).
-* Large appends may hand the copy into the page cache to a writer thread
+* Appends may hand the copy into the page cache to a writer thread
   (``append_async``, ``broker.log.writer``): offsets are assigned at once,
   but the bytes join the segments — and with them the log end, reads and
   flush targets — only when written, in order, back on the log's thread.
