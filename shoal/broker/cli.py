@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import signal
 import sys
@@ -100,11 +99,6 @@ async def run(config: BrokerConfig) -> int:
         announce(f"shoal http listening on {host}:{port}", fmt)
     for host, port in broker.server.bound:
         announce(f"shoal broker listening on {host}:{port}", fmt)
-    # What start-up built (modules, protocol classes, loaded state) lives as long as the broker:
-    # out of the collector's reach, a full collection has that much less to walk, and the loop
-    # that much shorter a pause (benchmarks/stall_watch.py saw gen2 pauses of up to 136 ms).
-    gc.collect()
-    gc.freeze()
     await stop.wait()
     await broker.stop()
     return 0
