@@ -28,7 +28,7 @@ class FakeLog:
             raise RuntimeError("log closed")
         return [self.fd], self.end
 
-    def mark_flushed(self, offset: int) -> None:
+    def mark_flushed(self, offset: int, *, fds: list[int] | None = None) -> None:
         self.flushed = max(self.flushed, offset)
 
     @property

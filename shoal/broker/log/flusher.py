@@ -46,7 +46,7 @@ log = logging.getLogger("shoal.flusher")
 class Flushable(Protocol):
     def flush_target(self) -> tuple[list[int], int]: ...
 
-    def mark_flushed(self, offset: int) -> None: ...
+    def mark_flushed(self, offset: int, *, fds: list[int] | None = None) -> None: ...
 
     @property
     def failed(self) -> BaseException | None: ...
@@ -71,6 +71,7 @@ class _Round:
 
     waiters: dict[Any, list[tuple[int, asyncio.Future]]]
     targets: dict[Any, int] = field(default_factory=dict)
+    fds: dict[Any, list[int]] = field(default_factory=dict)  # per log, the descriptors fsynced
 
 
 class Flusher:
@@ -162,6 +163,7 @@ class Flusher:
                 del r.waiters[lg]
                 continue
             r.targets[lg] = target
+            r.fds[lg] = lg_fds
             fds.append(lg_fds)
         if not r.targets:
             self._check_idle()
@@ -190,7 +192,7 @@ class Flusher:
                     continue
                 self.flush_times.observe(elapsed_ns)
                 try:
-                    lg.mark_flushed(flushed)
+                    lg.mark_flushed(flushed, fds=r.fds[lg])
                 except Exception as e:  # noqa: BLE001 - never leave a waiter hanging
                     _fail(waiters, e)
                     continue

@@ -147,6 +147,7 @@ class PartitionLog(LogReads, LogTrimming):
         "_last_flush_ms",
         "_opened_end",
         "_pending",
+        "_pending_refs",
         "_recovery_point",
         "_rp_cap",
         "_rp_fd",
@@ -184,6 +185,9 @@ class PartitionLog(LogReads, LogTrimming):
         self._rp_cap: int | None = None
         self._targets_out = 0  # flush targets handed out and not yet marked flushed
         self._pending: list[tuple[int, int]] = []  # (fd to fsync once, offset that covers it)
+        # fd of _pending -> flush targets handed out holding it and not yet marked: with two rounds
+        # in flight, the first to end must not close a descriptor the other has yet to fsync.
+        self._pending_refs: dict[int, int] = {}
         self._dir_dirty = False
         self._last_flush_ms = 0
         self._closed = False
@@ -606,7 +610,7 @@ class PartitionLog(LogReads, LogTrimming):
         """Descriptors to fsync, and the offset that is durable once they are.
 
         Contract: fsync every descriptor (in any thread), then call
-        ``mark_flushed(offset)`` from the log's thread.  Do not close them.
+        ``mark_flushed(offset, fds=fds)`` from the log's thread.  Do not close them.
         Several targets may be in flight (the flusher overlaps two rounds),
         and they may be marked in any order; on an fsync error, call
         ``io_failed`` instead of ``mark_flushed``.
@@ -622,6 +626,8 @@ class PartitionLog(LogReads, LogTrimming):
             self._pending.append((dir_fd, leo))
             self._dir_dirty = False
         fds = [fd for fd, _ in self._pending]
+        for fd in fds:
+            self._pending_refs[fd] = self._pending_refs.get(fd, 0) + 1
         rp = self._recovery_point
         for seg in reversed(self._segments):
             if seg.next_offset <= rp:
@@ -632,7 +638,7 @@ class PartitionLog(LogReads, LogTrimming):
         self._targets_out += 1
         return fds, leo
 
-    def mark_flushed(self, offset: int, *, checkpoint: bool = True) -> None:
+    def mark_flushed(self, offset: int, *, checkpoint: bool = True, fds: list[int] | None = None) -> None:
         """Record that the descriptors of a ``flush_target`` were fsynced.
 
         With ``checkpoint`` (and ``checkpoint_on_flush``) the recovery-point
@@ -640,6 +646,14 @@ class PartitionLog(LogReads, LogTrimming):
         """
         if self._closed:
             return
+        refs = self._pending_refs
+        for fd in fds or ():  # the target's descriptors: this target is done with them
+            n = refs.get(fd)
+            if n is not None:
+                if n <= 1:
+                    del refs[fd]
+                else:
+                    refs[fd] = n - 1
         self._targets_out = max(0, self._targets_out - 1)
         # Truncated after a target still in flight was taken: cap (errs low, when
         # this target came after the truncation, until no older one is out).
@@ -648,7 +662,7 @@ class PartitionLog(LogReads, LogTrimming):
         offset = min(offset, self.log_end_offset)
         still: list[tuple[int, int]] = []
         for fd, cover in self._pending:
-            if cover <= offset:
+            if cover <= offset and fd not in refs:  # durable, and no other round still to fsync it
                 os.close(fd)
             else:
                 still.append((fd, cover))
@@ -674,7 +688,7 @@ class PartitionLog(LogReads, LogTrimming):
                 self.files.fsync(fd)
         except OSError as e:
             raise self.io_failed(e) from e
-        self.mark_flushed(offset, checkpoint=checkpoint)
+        self.mark_flushed(offset, checkpoint=checkpoint, fds=fds)
 
     def _write_recovery_point(self) -> None:
         """Rewrite the 16-byte checkpoint in place (no new blocks once the file exists)."""
@@ -789,6 +803,7 @@ class PartitionLog(LogReads, LogTrimming):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._pending = []
+        self._pending_refs.clear()
         if self._rp_fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._rp_fd)
