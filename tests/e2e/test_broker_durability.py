@@ -20,7 +20,7 @@ from tests.support.wire import fetch_body
 @pytest.mark.parametrize(
     ("value_bytes", "acks"),
     [
-        (0, "all"),  # small batches: written inline
+        (0, "all"),  # small batches: on the log writer thread too, joined per loop turn
         (20_000, "all"),  # ~1 MiB batches: written on the log writer thread, acks after write + fsync
         (20_000, "1"),  # the same, acked once written: the page cache outlives the process
     ],

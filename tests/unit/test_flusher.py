@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from shoal.broker.log.fileops import FileOps
 from shoal.broker.log.flusher import Flusher
 
 
@@ -27,8 +28,19 @@ class FakeLog:
             raise RuntimeError("log closed")
         return [self.fd], self.end
 
-    def mark_flushed(self, offset: int) -> None:
-        self.flushed = offset
+    def mark_flushed(self, offset: int, *, fds: list[int] | None = None) -> None:
+        self.flushed = max(self.flushed, offset)
+
+    @property
+    def recovery_point(self) -> int:
+        return self.flushed
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.end
+
+    def when_written(self, end_offset, callback) -> None:
+        callback(None)
 
 
 async def test_waiters_resolve_in_rounds(tmp_path) -> None:
@@ -54,3 +66,116 @@ async def test_a_failing_log_fails_its_waiters_only(tmp_path) -> None:
     # and the flusher keeps working afterwards
     good.end = 9
     await asyncio.wait_for(f.flush(good, 9), 5)
+
+
+class CountingLog(FakeLog):
+    """A FakeLog that counts the flush targets taken (one per round it is in)."""
+
+    def __init__(self, path) -> None:
+        super().__init__(path)
+        self.targets = 0
+        self.written_callbacks: list = []
+
+    def flush_target(self):
+        self.targets += 1
+        return super().flush_target()
+
+    def when_written(self, end_offset, callback) -> None:
+        self.written_callbacks.append((end_offset, callback))
+
+
+async def _until(cond, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition never met"
+        await asyncio.sleep(0.002)
+
+
+async def test_the_next_round_starts_while_one_is_syncing(tmp_path) -> None:
+    files = FileOps()
+    release = files.stall("fsync")
+    f = Flusher(files)
+    log = CountingLog(tmp_path / "a")
+    log.end = 10
+    first = f.flush(log, 10)
+    await _until(lambda: log.targets == 1)
+    log.end = 20
+    second = f.flush(log, 20)
+    # The second round takes its target (its fsync is queued in the kernel) while the first is held.
+    await _until(lambda: log.targets == 2)
+    assert not first.done() and not second.done()
+    release()
+    await asyncio.wait_for(asyncio.gather(first, second), 5)
+    assert log.flushed == 20
+
+
+async def test_one_round_at_a_time_when_asked(tmp_path) -> None:
+    files = FileOps()
+    release = files.stall("fsync")
+    f = Flusher(files, max_rounds=1)
+    log = CountingLog(tmp_path / "a")
+    log.end = 10
+    first = f.flush(log, 10)
+    await _until(lambda: log.targets == 1)
+    log.end = 20
+    second = f.flush(log, 20)
+    await asyncio.sleep(0.1)
+    assert log.targets == 1
+    release()
+    await asyncio.wait_for(asyncio.gather(first, second), 5)
+    assert log.targets == 2 and log.flushed == 20
+
+
+async def test_a_waiter_covered_by_the_running_round_joins_it(tmp_path) -> None:
+    files = FileOps()
+    release = files.stall("fsync")
+    f = Flusher(files)
+    log = CountingLog(tmp_path / "a")
+    log.end = 10
+    first = f.flush(log, 10)
+    await _until(lambda: log.targets == 1)
+    late = f.flush(log, 7)  # its bytes were written before the round took its target
+    await asyncio.sleep(0.05)
+    assert log.targets == 1, "a covered waiter started a round of its own"
+    release()
+    await asyncio.wait_for(asyncio.gather(first, late), 5)
+    assert log.targets == 1
+
+
+async def test_durable_bytes_are_answered_at_once_and_unwritten_ones_wait(tmp_path) -> None:
+    f = Flusher()
+    log = CountingLog(tmp_path / "a")
+    log.end = 10
+    await asyncio.wait_for(f.flush(log, 10), 5)
+    assert f.flush(log, 8).done()  # below the recovery point: no round
+    ahead = f.flush(log, 15)  # past what is written: waits for the write, then for a round
+    await asyncio.sleep(0.05)
+    assert not ahead.done() and log.targets == 1
+    ((end, callback),) = log.written_callbacks
+    assert end == 15
+    log.end = 15
+    callback(None)
+    await asyncio.wait_for(ahead, 5)
+    assert log.targets == 2 and log.flushed == 15
+    failing = f.flush(log, 30)
+    log.written_callbacks[-1][1](OSError(5, "EIO"))
+    with pytest.raises(OSError):
+        await asyncio.wait_for(failing, 5)
+
+
+async def test_close_waits_for_running_rounds(tmp_path) -> None:
+    files = FileOps()
+    release = files.stall("fsync")
+    f = Flusher(files)
+    log = CountingLog(tmp_path / "a")
+    log.end = 10
+    pending = f.flush(log, 10)
+    await _until(lambda: log.targets == 1)
+    closing = asyncio.ensure_future(f.close())
+    await asyncio.sleep(0.05)
+    assert not closing.done()
+    with pytest.raises(RuntimeError):
+        await f.flush(log, 10)
+    release()
+    await asyncio.wait_for(closing, 5)
+    assert pending.done() and pending.exception() is None

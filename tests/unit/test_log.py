@@ -575,6 +575,32 @@ def test_flush_after_roll_syncs_the_rolled_segment_and_its_indexes(tmp_path):
     log.close()
 
 
+def test_overlapping_flush_targets_keep_shared_descriptors_open(tmp_path):
+    """Two rounds in flight (the flusher overlaps two) both hold the rolled segment's index files
+    and the directory: the round that ends first must not close them under the other."""
+    log = open_log(tmp_path / "p", segment_bytes=500)
+    log.append(batch(1, 300))
+    log.append(batch(1, 300))  # rolls: index files and the directory wait for an fsync
+    old, new = log.segments
+    first_fds, first = log.flush_target()
+    log.append(batch(1, 10))
+    second_fds, second = log.flush_target()
+    shared = [fd for fd in first_fds if fd not in (old.fd, new.fd)]
+    assert shared and all(fd in second_fds for fd in shared)
+    for fd in second_fds:
+        os.fsync(fd)
+    log.mark_flushed(second, fds=second_fds)  # the later round ends first
+    assert log.recovery_point == 3
+    for fd in first_fds:
+        os.fsync(fd)  # EBADF here if the first end closed them
+    log.mark_flushed(first, fds=first_fds)
+    assert log.recovery_point == 3
+    for fd in shared:  # both rounds are done with them: closed now
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    log.close()
+
+
 def test_truncation_caps_a_stale_flush_target(tmp_path):
     log = open_log(tmp_path / "p")
     for _ in range(4):

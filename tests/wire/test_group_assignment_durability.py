@@ -57,7 +57,14 @@ class FlushGate:
         self.held.append((real, gated))
         return gated
 
+    async def wait_held(self, timeout: float = 5.0) -> None:
+        """Until a write asked for its fsync (the append itself runs on the log writer thread first)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not self.held and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.001)
+
     async def release(self, error: BaseException | None = None) -> None:
+        await self.wait_held()
         held, self.held = self.held, []
         for real, gated in held:
             await real  # the bytes really are on disk before we say so
@@ -100,6 +107,7 @@ async def test_follower_sync_held_until_the_assignment_is_durable_then_restored(
         leader, follower, gen = await completing_group(broker)
         group = broker.groups.runtime.shards[0].groups[GID]
         t_leader = await sync(broker, leader, gen, {leader: b"L", follower: b"F"})
+        await gate.wait_held()
         assert gate.held, "the assignment was not written"
         assert group.state == GroupState.COMPLETING_REBALANCE
         t_follower = await sync(broker, follower, gen)  # between the leader's sync and the fsync

@@ -250,8 +250,10 @@ class CoordinatorRuntime:
 
     def _append(self, p: int, shard: Shard, records: Sequence[Record]) -> asyncio.Future:
         partition = self.partition(p)
+        plog = partition.log
         now = self.broker.clock.now_ms()
         serde = self.serde
+        durable = asyncio.get_running_loop().create_future()
         try:
             encoded = [
                 (
@@ -262,48 +264,78 @@ class CoordinatorRuntime:
                 )
                 for r in records
             ]
-            info = partition.log.append(build_batch(encoded), now_ms=now)
+            batch = build_batch(encoded)
+            if plog.writer is not None:  # `end` is set below; completions come on a later loop turn
+                info = plog.append_async(
+                    batch, lambda error: self._written(p, partition, end, durable, error), now_ms=now
+                )
+            else:
+                info = plog.append(batch, now_ms=now)
         except Exception as e:
             log.error("%s-%d: a coordinator write failed: %r", self.topic, p, e)
             failure = write_failure(e)
             self._revert(p, failure.code)
             raise failure from e
+        end = info.last_offset + 1
         for i, r in enumerate(records):
             rt = serde.record_type(r.name)
             version = r.value_version if r.value_version is not None else serde.latest_value_version(r.name)
             shard.replay(CoordinatorRecord(rt, r.key, r.value, version), info.first_offset + i)
+        if plog.writer is None:
+            self._written(p, partition, end, durable, None)
+        return durable
+
+    def _written(
+        self, p: int, partition: Partition, end: int, durable: asyncio.Future, error: BaseException | None
+    ) -> None:
+        """A coordinator batch reached the log (the page cache), or failed to: make `durable` follow."""
+        if error is None and partition.log.failed is not None:  # written, but the directory went offline
+            error = partition.log.failed
+        if error is not None:
+            log.error("%s-%d: a coordinator write failed: %r", self.topic, p, error)
+            failure = write_failure(error)
+            self._revert(p, failure.code)
+            if not durable.done():
+                durable.set_exception(failure)
+            return
         self.broker.on_append(partition)
         if not self._fsync:
-            return _written()
-        return _normalized(self.broker.flusher.flush(partition.log, info.last_offset + 1))
+            if not durable.done():
+                durable.set_result(None)
+            return
+        _follow(durable, self.broker.flusher.flush(partition.log, end))
 
     def barrier(self, p: int) -> asyncio.Future | None:
         """A future for "everything written to partition p so far is durable", or None if it is.
 
         A read-only operation answers after this, so it never reports state
-        whose records a crash could still lose.
+        whose records a crash could still lose. Writes still on the log writer
+        thread count: the flusher waits for them (without fsync, only they are waited for).
         """
-        if not self._fsync:
-            return None
         log_ = self.partition(p).log
-        end = log_.log_end_offset
-        if log_.recovery_point >= end:
+        end = log_.pending_end_offset
+        if self._fsync:
+            if log_.recovery_point >= end:
+                return None
+            return self.broker.flusher.flush(log_, end)
+        if end <= log_.log_end_offset:
             return None
-        return self.broker.flusher.flush(log_, end)
+        fut = asyncio.get_running_loop().create_future()
+        log_.when_written(end, lambda error: _settle(fut, error))
+        return fut
 
 
-def _written() -> asyncio.Future:
-    """A write that is durable once appended (periodic flushing): already done."""
-    fut = asyncio.get_running_loop().create_future()
-    fut.set_result(None)
-    return fut
+def _settle(fut: asyncio.Future, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(write_failure(error))
 
 
-def _normalized(durable: asyncio.Future) -> asyncio.Future:
-    """`durable`, failing with the coordinator client's error instead of the flusher's."""
-    if durable.done() and not durable.cancelled() and durable.exception() is None:
-        return durable
-    out = asyncio.get_running_loop().create_future()
+def _follow(out: asyncio.Future, durable: asyncio.Future) -> None:
+    """Settle `out` as `durable` settles, with the coordinator client's error instead of the flusher's."""
 
     def settle(f: asyncio.Future) -> None:
         if out.done():
@@ -313,7 +345,9 @@ def _normalized(durable: asyncio.Future) -> asyncio.Future:
         elif f.exception() is not None:
             out.set_exception(write_failure(f.exception()))
         else:
-            out.set_result(f.result())
+            out.set_result(None)
 
-    durable.add_done_callback(settle)
-    return out
+    if durable.done():
+        settle(durable)
+    else:
+        durable.add_done_callback(settle)

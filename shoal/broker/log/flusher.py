@@ -1,10 +1,21 @@
 """Group commit: fsync shared by every produce waiting for durability.
 
 An acks=-1 produce is answered only once its bytes are on disk. fsync costs
-milliseconds, so waiting requests are batched: while one round of fsyncs runs
-in a worker thread, new waiters queue up and are all served by the next round.
-Under load one fsync per partition per round covers many requests; at low load
-a request waits for exactly one fsync.
+milliseconds, so waiting requests are batched: a round takes every waiter
+queued, notes per log the offset its fsyncs will make durable (the target), and
+fsyncs in a worker thread. Under load one fsync per partition per round covers
+many requests; at low load a request waits for exactly one fsync.
+
+Why rounds overlap (``max_rounds``, 2): with one round at a time, a write that
+arrived while a round ran waited for the rest of it, then for the loop to
+notice its end, then for its own. Pipelined writers (share-state writes,
+``broker.share.write_pipeline``) had each write wait for the previous one's
+round. Now the next round starts at once, so its fsync is already queued in
+the kernel behind the running one (fsync makes durable whatever was written
+before it was called, whichever thread asked first). A waiter whose bytes a
+running round's target covers joins that round instead of starting one, and
+a waiter for bytes already durable is answered at once. Bytes still on the
+log writer thread are waited for (``when_written``) before they are queued.
 
 A failed fsync is a storage error: the log it belonged to goes offline (with
 its directory, ``broker.log.log_dir``) and its waiters get LogFailed. Nothing
@@ -19,6 +30,8 @@ import asyncio
 import errno
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from shoal.broker.log.fileops import FileOps
@@ -33,26 +46,52 @@ log = logging.getLogger("shoal.flusher")
 class Flushable(Protocol):
     def flush_target(self) -> tuple[list[int], int]: ...
 
-    def mark_flushed(self, offset: int) -> None: ...
+    def mark_flushed(self, offset: int, *, fds: list[int] | None = None) -> None: ...
 
     @property
     def failed(self) -> BaseException | None: ...
 
     def io_failed(self, error: BaseException) -> BaseException: ...
 
+    @property
+    def recovery_point(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def when_written(self, end_offset: int, callback: Callable[[BaseException | None], None]) -> None: ...
+
+
+MAX_ROUNDS = 2  # fsync rounds running at once: one syncing, the next already asking the kernel
+
+
+@dataclass(slots=True, eq=False)
+class _Round:
+    """One round of fsyncs: per log, the offset durable once it ends, and who waits for it."""
+
+    waiters: dict[Any, list[tuple[int, asyncio.Future]]]
+    targets: dict[Any, int] = field(default_factory=dict)
+    fds: dict[Any, list[int]] = field(default_factory=dict)  # per log, the descriptors fsynced
+
 
 class Flusher:
-    def __init__(self, files: FileOps | None = None) -> None:
+    def __init__(self, files: FileOps | None = None, *, max_rounds: int = MAX_ROUNDS) -> None:
         self._files = files if files is not None else FileOps()
-        self._waiters: dict[Any, list[tuple[int, asyncio.Future]]] = {}
-        self._round: dict[Any, list[tuple[int, asyncio.Future]]] = {}  # the waiters of the running round
-        self._running: asyncio.Task | None = None
+        self.max_rounds = max(1, max_rounds)
+        self._waiters: dict[Any, list[tuple[int, asyncio.Future]]] = {}  # for the next round
+        self._rounds: list[_Round] = []  # running, oldest first
+        self._starting = False  # a round starts at the end of this loop turn
+        self._idle: asyncio.Future | None = None  # close() waits on it
         self._closed = False
         # fsync time of each log flushed (all its descriptors), for kafka.log:LogFlushStats on /metrics
         self.flush_times = RequestTimes()
 
     def flush(self, log_: Flushable, offset: int) -> asyncio.Future:
-        """A future resolved once `log_` is durable up to `offset` (exclusive end)."""
+        """A future resolved once `log_` is durable up to `offset` (exclusive end).
+
+        `offset` may lie past what is written yet (appends still on the writer
+        thread): the wait for the fsync then starts when they are written.
+        """
         fut = asyncio.get_running_loop().create_future()
         if self._closed:
             fut.set_exception(RuntimeError("flusher closed"))
@@ -60,62 +99,118 @@ class Flusher:
         if log_.failed is not None:
             fut.set_exception(_offline(log_))
             return fut
-        self._waiters.setdefault(log_, []).append((offset, fut))
-        if self._running is None:
-            self._running = asyncio.create_task(self._run())
+        if offset <= log_.recovery_point:  # durable already
+            fut.set_result(None)
+        elif offset > log_.log_end_offset:
+            log_.when_written(offset, lambda error: self._written(log_, offset, fut, error))
+        else:
+            self._enqueue(log_, offset, fut)
         return fut
+
+    def _written(self, log_: Flushable, offset: int, fut: asyncio.Future, error: BaseException | None) -> None:
+        if fut.done():
+            return
+        if error is not None or log_.failed is not None:
+            fut.set_exception(_offline(log_) if log_.failed is not None else error)
+        elif self._closed:
+            fut.set_exception(RuntimeError("flusher closed"))
+        else:
+            self._enqueue(log_, offset, fut)
+
+    def _enqueue(self, log_: Flushable, offset: int, fut: asyncio.Future) -> None:
+        # A running round whose target covers these bytes serves this waiter too:
+        # its fsync was asked for after they were written.
+        for r in self._rounds:
+            target = r.targets.get(log_)
+            if target is not None and offset <= target:
+                r.waiters[log_].append((offset, fut))
+                return
+        self._waiters.setdefault(log_, []).append((offset, fut))
+        self._start_soon()
+
+    def _start_soon(self) -> None:
+        # At the end of this loop turn, so that every waiter of the turn shares the round.
+        if not self._starting and self._waiters and len(self._rounds) < self.max_rounds:
+            self._starting = True
+            asyncio.get_running_loop().call_soon(self._begin)
 
     def fail_offline(self) -> None:
         """Fail now every waiter whose log is offline (its directory just failed), queued or
-        in the running round: that round's fsync may hang on the failed disk."""
+        in a running round: that round's fsync may hang on the failed disk."""
         for lg, waiters in list(self._waiters.items()):
             if lg.failed is not None:
                 del self._waiters[lg]
                 _fail(waiters, _offline(lg))
-        for lg, waiters in self._round.items():
-            if lg.failed is not None:
-                _fail(waiters, _offline(lg))
+        for r in self._rounds:
+            for lg, waiters in r.waiters.items():
+                if lg.failed is not None:
+                    _fail(waiters, _offline(lg))
+        self._check_idle()
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _begin(self) -> None:
+        """Start a round with every waiter queued: take each log's target, fsync in a worker thread."""
+        self._starting = False
+        if not self._waiters or len(self._rounds) >= self.max_rounds:
+            return
+        r = _Round(self._waiters)
+        self._waiters = {}
+        fds: list[list[int]] = []
+        for lg, waiters in list(r.waiters.items()):
+            try:
+                lg_fds, target = lg.flush_target()
+            except Exception as e:  # noqa: BLE001 - offline, or a log closed by a topic deletion
+                _fail(waiters, e)
+                del r.waiters[lg]
+                continue
+            r.targets[lg] = target
+            r.fds[lg] = lg_fds
+            fds.append(lg_fds)
+        if not r.targets:
+            self._check_idle()
+            return
+        self._rounds.append(r)
+        done = asyncio.get_running_loop().run_in_executor(None, self._fsync_each, fds)
+        done.add_done_callback(lambda f: self._end(r, f))
+
+    def _end(self, r: _Round, done: asyncio.Future) -> None:
+        self._rounds.remove(r)
         try:
-            while self._waiters:
-                batch, self._waiters = self._waiters, {}
-                self._round = batch
-                targets = []
-                for lg, waiters in batch.items():
-                    try:
-                        targets.append((lg, lg.flush_target()))
-                    except Exception as e:  # noqa: BLE001 - offline, or a log closed by a topic deletion
-                        _fail(waiters, e)
-                done = await loop.run_in_executor(None, self._fsync_each, [fds for _, (fds, _) in targets])
-                for (lg, (_, flushed)), (error, elapsed_ns) in zip(targets, done):
-                    if error is not None:
-                        log.error("fsync of %s failed: %s", getattr(lg, "path", lg), error)
-                        _fail(batch[lg], lg.io_failed(error))
+            try:
+                results = done.result()
+            except BaseException as e:  # noqa: BLE001 - the executor is gone (shutdown): fail, never hang
+                for waiters in r.waiters.values():
+                    _fail(waiters, e if isinstance(e, Exception) else RuntimeError("flusher stopped"))
+                return
+            for (lg, flushed), (error, elapsed_ns) in zip(r.targets.items(), results):
+                waiters = r.waiters[lg]
+                if error is not None:
+                    log.error("fsync of %s failed: %s", getattr(lg, "path", lg), error)
+                    _fail(waiters, lg.io_failed(error))
+                    continue
+                if lg.failed is not None:  # went offline while this round ran: confirm nothing
+                    _fail(waiters, _offline(lg))
+                    continue
+                self.flush_times.observe(elapsed_ns)
+                try:
+                    lg.mark_flushed(flushed, fds=r.fds[lg])
+                except Exception as e:  # noqa: BLE001 - never leave a waiter hanging
+                    _fail(waiters, e)
+                    continue
+                for offset, fut in waiters:
+                    if fut.done():
                         continue
-                    if lg.failed is not None:  # went offline while this round ran: confirm nothing
-                        _fail(batch[lg], _offline(lg))
-                        continue
-                    self.flush_times.observe(elapsed_ns)
-                    try:
-                        lg.mark_flushed(flushed)
-                    except Exception as e:  # noqa: BLE001 - never leave a waiter hanging
-                        _fail(batch[lg], e)
-                        continue
-                    for offset, fut in batch[lg]:
-                        if fut.done():
-                            continue
-                        if offset <= flushed:
-                            fut.set_result(None)
-                        else:  # appended after the target was taken: next round
-                            self._waiters.setdefault(lg, []).append((offset, fut))
+                    if offset <= flushed:
+                        fut.set_result(None)
+                    else:  # cannot happen (a round only takes waiters its target covers); never hang
+                        self._waiters.setdefault(lg, []).append((offset, fut))
         finally:
-            self._round = {}
-            self._running = None
-            # Waiters that arrived while this task was ending get a new round.
-            if self._waiters and not self._closed:
-                self._running = asyncio.create_task(self._run())
+            self._start_soon()
+            self._check_idle()
+
+    def _check_idle(self) -> None:
+        idle = self._idle
+        if idle is not None and not idle.done() and not self._rounds and not self._waiters and not self._starting:
+            idle.set_result(None)
 
     def _fsync_each(self, groups: list[list[int]]) -> list[tuple[OSError | None, int]]:
         """fsync each log's descriptors (worker thread); per log the first error (or None) and the ns
@@ -137,9 +232,12 @@ class Flusher:
         return out
 
     async def close(self) -> None:
+        """Refuse new waiters; return once the ones queued or in a round are answered."""
         self._closed = True
-        if self._running is not None:
-            await asyncio.shield(self._running)
+        if self._rounds or self._waiters or self._starting:
+            self._idle = asyncio.get_running_loop().create_future()
+            self._check_idle()
+            await asyncio.shield(self._idle)
 
 
 def _offline(lg: Any) -> LogFailed:

@@ -2,14 +2,15 @@
 
 Why it is shaped this way:
 
-* Everything is synchronous file I/O called from the event loop.  Appends
-  and reads are a handful of syscalls on the page cache, cheaper than a hop
-  to a thread.  The one slow operation, fsync, is split out: ``flush_target``
+* The bookkeeping is synchronous, on the event loop.  Reads are a handful
+  of syscalls on the page cache; the broker hands appends to a writer
+  thread (below), as a write into a throttled page cache can block.  The
+  slowest operation, fsync, is split out: ``flush_target``
   names the descriptors to sync and the offset that will then be durable,
   a worker thread fsyncs them, and ``mark_flushed`` records the result.  That
   lets the broker fsync outside the loop and let one fsync serve every
   producer waiting on it (``broker.log.flusher``).
-* Large appends may hand the copy into the page cache to a writer thread
+* Appends may hand the copy into the page cache to a writer thread
   (``append_async``, ``broker.log.writer``): offsets are assigned at once,
   but the bytes join the segments — and with them the log end, reads and
   flush targets — only when written, in order, back on the log's thread.
@@ -146,12 +147,14 @@ class PartitionLog(LogReads, LogTrimming):
         "_last_flush_ms",
         "_opened_end",
         "_pending",
+        "_pending_refs",
         "_recovery_point",
         "_rp_cap",
         "_rp_fd",
         "_segments",
         "_size",
         "_start",
+        "_targets_out",
         "checkpoint_on_flush",
         "clock",
         "config",
@@ -180,7 +183,11 @@ class PartitionLog(LogReads, LogTrimming):
         self.checkpoint_on_flush = True
         self._rp_fd = -1
         self._rp_cap: int | None = None
+        self._targets_out = 0  # flush targets handed out and not yet marked flushed
         self._pending: list[tuple[int, int]] = []  # (fd to fsync once, offset that covers it)
+        # fd of _pending -> flush targets handed out holding it and not yet marked: with two rounds
+        # in flight, the first to end must not close a descriptor the other has yet to fsync.
+        self._pending_refs: dict[int, int] = {}
         self._dir_dirty = False
         self._last_flush_ms = 0
         self._closed = False
@@ -380,6 +387,11 @@ class PartitionLog(LogReads, LogTrimming):
     @property
     def writes_in_flight(self) -> int:
         return len(self._inflight)
+
+    @property
+    def pending_end_offset(self) -> int:
+        """The offset the next append gets: ``log_end_offset`` plus the writes in flight."""
+        return self._next_offset
 
     @property
     def failed(self) -> BaseException | None:
@@ -598,9 +610,10 @@ class PartitionLog(LogReads, LogTrimming):
         """Descriptors to fsync, and the offset that is durable once they are.
 
         Contract: fsync every descriptor (in any thread), then call
-        ``mark_flushed(offset)`` from the log's thread.  Do not close them.
-        Keep at most one target per log in flight (coalesce callers instead);
-        on an fsync error, call ``io_failed`` instead of ``mark_flushed``.
+        ``mark_flushed(offset, fds=fds)`` from the log's thread.  Do not close them.
+        Several targets may be in flight (the flusher overlaps two rounds),
+        and they may be marked in any order; on an fsync error, call
+        ``io_failed`` instead of ``mark_flushed``.
         Raises LogFailed for an offline log: nothing more of it becomes durable.
         """
         self._check_writable()
@@ -613,15 +626,19 @@ class PartitionLog(LogReads, LogTrimming):
             self._pending.append((dir_fd, leo))
             self._dir_dirty = False
         fds = [fd for fd, _ in self._pending]
+        for fd in fds:
+            self._pending_refs[fd] = self._pending_refs.get(fd, 0) + 1
         rp = self._recovery_point
         for seg in reversed(self._segments):
             if seg.next_offset <= rp:
                 break
             fds.append(seg.fd)
-        self._rp_cap = None
+        if self._targets_out == 0:  # no target from before a truncation is left to cap
+            self._rp_cap = None
+        self._targets_out += 1
         return fds, leo
 
-    def mark_flushed(self, offset: int, *, checkpoint: bool = True) -> None:
+    def mark_flushed(self, offset: int, *, checkpoint: bool = True, fds: list[int] | None = None) -> None:
         """Record that the descriptors of a ``flush_target`` were fsynced.
 
         With ``checkpoint`` (and ``checkpoint_on_flush``) the recovery-point
@@ -629,12 +646,23 @@ class PartitionLog(LogReads, LogTrimming):
         """
         if self._closed:
             return
-        if self._rp_cap is not None:  # truncated after that target was taken
+        refs = self._pending_refs
+        for fd in fds or ():  # the target's descriptors: this target is done with them
+            n = refs.get(fd)
+            if n is not None:
+                if n <= 1:
+                    del refs[fd]
+                else:
+                    refs[fd] = n - 1
+        self._targets_out = max(0, self._targets_out - 1)
+        # Truncated after a target still in flight was taken: cap (errs low, when
+        # this target came after the truncation, until no older one is out).
+        if self._rp_cap is not None:
             offset = min(offset, self._rp_cap)
         offset = min(offset, self.log_end_offset)
         still: list[tuple[int, int]] = []
         for fd, cover in self._pending:
-            if cover <= offset:
+            if cover <= offset and fd not in refs:  # durable, and no other round still to fsync it
                 os.close(fd)
             else:
                 still.append((fd, cover))
@@ -660,7 +688,7 @@ class PartitionLog(LogReads, LogTrimming):
                 self.files.fsync(fd)
         except OSError as e:
             raise self.io_failed(e) from e
-        self.mark_flushed(offset, checkpoint=checkpoint)
+        self.mark_flushed(offset, checkpoint=checkpoint, fds=fds)
 
     def _write_recovery_point(self) -> None:
         """Rewrite the 16-byte checkpoint in place (no new blocks once the file exists)."""
@@ -775,6 +803,7 @@ class PartitionLog(LogReads, LogTrimming):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._pending = []
+        self._pending_refs.clear()
         if self._rp_fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._rp_fd)

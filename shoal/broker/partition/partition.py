@@ -8,8 +8,11 @@ Kafka requires from Produce v3 — and checked against producer state
 (duplicates are acknowledged with their original offsets, gaps and stale
 epochs refused). Nothing reaches the log unless the whole request is good.
 
-Large appends are written on the broker's log writer thread
-(``broker.log.writer``): the offsets are assigned at once, and the
+Appends are written on the broker's log writer thread (``broker.log.writer``),
+small ones too: a ``write()`` into a page cache that throttles dirty pages can
+block for 100 ms and more, and on the event loop that stalls every client
+(benchmarks/stall_watch.py; the hand-off cost is in benchmarks/small_appends.py).
+The offsets are assigned at once, and the
 ``written`` future of the result settles when the bytes reached the OS
 (None) or the write failed (the error; the log is then offline). Records
 become visible to fetches only then. A duplicate of a batch still being
@@ -69,9 +72,10 @@ SNAPSHOT_FILE = "producer-state.snapshot"
 # sends from it, instead of pread copying the bytes into a new buffer first.
 MMAP_READ_BYTES = 256 * 1024
 # Appends this large go to the log writer thread; smaller ones are written
-# inline (a thread hop would cost more than the copy), unless writes are in
-# flight already: then they queue behind them to keep the order.
-ASYNC_APPEND_BYTES = 64 * 1024
+# inline, unless writes are in flight already: then they queue behind them to
+# keep the order. 0: every append goes to the thread (benchmarks/small_appends.py
+# measured the hop as cheaper than the loop stalls of inline writes).
+ASYNC_APPEND_BYTES = 0
 
 
 def _mapped(region: Any) -> memoryview | None:

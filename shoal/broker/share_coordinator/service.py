@@ -426,7 +426,7 @@ class ShareCoordinator:
         moved: dict[int, int] = {}
         for p, shard in list(self.runtime.shards.items()):
             partition = self.runtime.partition(p)
-            end = partition.log_end_offset
+            end = partition.log.pending_end_offset  # writes on the log writer thread count
             target = shard.redundant_offset(end)
             if target <= partition.log_start_offset:
                 continue
