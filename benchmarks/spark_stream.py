@@ -1,13 +1,16 @@
 """The Spark source: rows/s from the broker into foreachBatch (share group), and through the batch reader.
 
 Run: python benchmarks/spark_stream.py [--records N] [--partitions P] [--warmup S]
-                                       [--fetch-max-bytes B] [--quick]
+                                       [--fetch-max-bytes B] [--quick] [--no-batch]
+                                       ['--masters=local[2];local-cluster[2,1,1024]']
+                                       [--paths executor,driver]
 
 Starts a broker process (temporary data dir, 127.0.0.1, free port; share
 partitions may hold 10,000 records in flight, the most a group may set),
 produces N 1 KiB records of random bytes (default 600,000; they do not
-compress) over P partitions (default 4) with librdkafka, then on local[2]
-Spark:
+compress) over P partitions (default 4) with librdkafka, then on each Spark
+master (local[2], then local-cluster[2,1,1024]: executor JVMs of their own)
+and for each read path (``shoal.read.path`` executor, then driver):
 
   * **cold stream**: ``spark.readStream.format("shoal")`` on a share group
     of its own over the same topic, in the fresh JVM, for S seconds (default
@@ -42,8 +45,11 @@ cost per micro-batch is about 0.2-0.3 s whatever its size, and each row costs
 the driver (decode, Arrow payload) and the executors (Arrow into the JVM, the
 sink), so rows/s grow with rows per batch up to that limit.
 
-Target from the issue (printed, not asserted): >= 50,000 rows/s streaming.
---quick: 150,000 records, 10 s of cold stream.
+The last lines sum it up per master and path: rows/s steady and overall,
+the driver's CPU per row (the source runner process) and the executors' (their
+Python workers plus the executor task threads, or the executor JVMs).
+Goals from issue 22 (printed, not asserted): >= 150,000 rows/s steady on
+local[2], driver <= 1.0 us/row. --quick: 150,000 records, 10 s of cold stream.
 """
 
 from __future__ import annotations
@@ -98,7 +104,7 @@ def produce(bootstrap: str, topic: str, n: int, partitions: int) -> float:
     return time.perf_counter() - started
 
 
-def session() -> Any:
+def session(master: str = "local[2]") -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
     from pyspark.sql import SparkSession
@@ -106,7 +112,7 @@ def session() -> Any:
     from shoal.client.spark.source import register
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .appName("shoal-bench")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -186,7 +192,8 @@ def _role(cmd: str, is_root: bool) -> str:
     if is_root:
         return "benchmark driver (py4j)"
     if "java" in cmd.split(" ", 1)[0]:
-        return "JVM"
+        # local-cluster: executors are JVMs of their own, started by the workers
+        return "executor JVM" if "CoarseGrainedExecutorBackend" in cmd else "JVM"
     if "python_streaming_source_runner" in cmd:
         return "source runner"
     if "-m shoal.broker" in cmd:
@@ -213,6 +220,7 @@ def bench_stream(
     checkpoint: str,
     fetch_max_bytes: int | None,
     stop_after_s: float | None = None,
+    read_path: str = "executor",
 ) -> dict[str, Any]:
     """Stream `topic` on share group `group` into an aggregating foreachBatch until `n` rows
     arrived (or `stop_after_s` passed)."""
@@ -246,6 +254,7 @@ def bench_stream(
         .option("subscribe", topic)
         .option("kafka.group.id", group)
         .option("startingOffsets", "earliest")
+        .option("shoal.read.path", read_path)
     )
     if fetch_max_bytes is not None:
         reader = reader.option("kafka.fetch.max.bytes", str(fetch_max_bytes))
@@ -332,6 +341,59 @@ def _rates(s: dict[str, Any], label: str) -> None:
     )
 
 
+def _report(s: dict[str, Any], n: int, partitions: int, label: str) -> tuple[bool, dict[str, Any]]:
+    """Print one measured stream; returns (checks passed, summary figures)."""
+    _rates(s, label)
+    if s["full_cycle_rate"] is not None:
+        print(
+            f"  full micro-batch of {s['full_rows']:,} rows: {s['full_cycle_rate']:,.0f} rows/s (median); its cycle"
+            f" {s['sink_s'] + s['between_s']:.2f} s = sink job {s['sink_s']:.2f} s + between batches"
+            f" {s['between_s']:.2f} s (commit/offset logs, latestOffset, partitions)"
+        )
+    rows = max(s["steady_rows"], 1)
+    summary = {
+        "overall": s["rows"] / s["overall_s"],
+        "steady": s["steady_rows"] / max(s["steady_s"], 1e-9),
+        "driver_us": None,
+        "executor_us": None,
+    }
+    if s["cpu"]:
+        procs = {k: v for k, v in s["cpu"].items() if not k.startswith("JVM ")}
+        busy = sum(procs.values())
+
+        def us(items: Any) -> str:
+            return ", ".join(
+                f"{role} {secs / rows * 1e6:.1f}"
+                for role, secs in sorted(items, key=lambda kv: -kv[1])
+                if secs / rows * 1e6 >= 0.05
+            )
+
+        print(
+            f"  CPU per row after the first batch, us: {us(procs.items())}; {busy / s['cpu_s'] / (os.cpu_count() or 1):.0%}"
+            f" of {os.cpu_count()} cores busy with these"
+        )
+        jvm = [(k[4:], v) for k, v in s["cpu"].items() if k.startswith("JVM ")]
+        print(f"    of which JVM threads: {us(jvm)}")
+        # The driver's Python: the source runner (acquire, plan; for the driver path also decode
+        # and Arrow). Executors: their Python workers and the JVM's executor task threads
+        # (local[2]) or the executor JVMs (local-cluster).
+        cpu = s["cpu"]
+        summary["driver_us"] = cpu.get("source runner", 0.0) / rows * 1e6
+        executor = cpu.get("Python workers", 0.0) + cpu.get("JVM executor tasks", 0.0) + cpu.get("executor JVM", 0.0)
+        summary["executor_us"] = executor / rows * 1e6
+    expected = sum((i % partitions) * 1_000_000_000 + i // partitions for i in range(n))
+    ok = s["rows"] == n and s["checksum"] == expected and s["max_delivery_count"] == 1 and s["lag"] == 0
+    print(
+        f"  checks: rows {s['rows']:,}, every (partition, offset) once {s['checksum'] == expected}, max"
+        f" deliveryCount {s['max_delivery_count']}, lag after {s['lag']} -> {'OK' if ok else 'FAILED'}"
+    )
+    return ok, summary
+
+
+MASTERS = ("local[2]", "local-cluster[2,1,1024]")
+PATHS = ("executor", "driver")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=600_000)
@@ -339,72 +401,72 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=20.0, help="seconds of cold stream first (0: none)")
     ap.add_argument("--fetch-max-bytes", type=int, default=None, help="the share consumer's fetch.max.bytes")
     ap.add_argument("--quick", action="store_true", help="150,000 records, 10 s cold stream")
+    ap.add_argument("--masters", default=";".join(MASTERS), help="Spark masters to run on, separated by ';'")
+    ap.add_argument("--paths", default=",".join(PATHS), help="shoal.read.path values to measure, comma-separated")
+    ap.add_argument("--no-batch", action="store_true", help="skip the batch reader")
     args = ap.parse_args()
     n = 150_000 if args.quick else args.records
     warmup = min(args.warmup, 10.0) if args.quick else args.warmup
+    masters = [m.strip() for m in args.masters.split(";") if m.strip()]
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
 
+    ok = True
+    results: list[tuple[str, str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="shoal-spark-bench-") as tmp:
         broker = BrokerProcess(Path(tmp) / "data", OVERRIDES).start()
         try:
             topic = "spark-bench"
             produce_s = produce(broker.bootstrap, topic, n, args.partitions)
             print(f"produced {n:,} x {VALUE} B records on {args.partitions} partitions in {produce_s:.1f} s")
-            t = time.perf_counter()
-            spark = session()
-            print(f"SparkSession local[2] started in {time.perf_counter() - t:.1f} s")
             fmb = "default" if args.fetch_max_bytes is None else f"{args.fetch_max_bytes:,}"
-            print()
-            print(
-                f"stream: share group -> foreachBatch (local[2], {args.partitions} partitions, in flight <="
-                f" {LOCKS:,} per partition, fetch.max.bytes {fmb}); target >= 50,000 rows/s"
-            )
-            if warmup > 0:
-                c = bench_stream(
-                    spark, broker.bootstrap, topic, "bench-cold", n, str(Path(tmp) / "cold"), args.fetch_max_bytes,
-                    stop_after_s=warmup,
-                )  # fmt: skip
-                _rates(c, "cold JVM")
-            s = bench_stream(spark, broker.bootstrap, topic, "bench", n, str(Path(tmp) / "chk"), args.fetch_max_bytes)
-            _rates(s, "warm JVM" if warmup > 0 else "cold JVM")
-            if s["full_cycle_rate"] is not None:
+            for mi, master in enumerate(masters):
+                t = time.perf_counter()
+                spark = session(master)
+                print()
+                print(f"SparkSession {master} started in {time.perf_counter() - t:.1f} s")
                 print(
-                    f"  full micro-batch of {s['full_rows']:,} rows: {s['full_cycle_rate']:,.0f} rows/s (median); its cycle"
-                    f" {s['sink_s'] + s['between_s']:.2f} s = sink job {s['sink_s']:.2f} s + between batches"
-                    f" {s['between_s']:.2f} s (commit/offset logs, latestOffset, partitions)"
+                    f"stream: share group -> foreachBatch ({master}, {args.partitions} partitions, in flight <="
+                    f" {LOCKS:,} per partition, fetch.max.bytes {fmb}); goal >= 150,000 rows/s steady (local[2])"
                 )
-            if s["cpu"]:
-                procs = {k: v for k, v in s["cpu"].items() if not k.startswith("JVM ")}
-                busy = sum(procs.values())
-
-                def us(items: Any) -> str:
-                    return ", ".join(
-                        f"{role} {secs / s['steady_rows'] * 1e6:.1f}"
-                        for role, secs in sorted(items, key=lambda kv: -kv[1])
-                        if secs / s["steady_rows"] * 1e6 >= 0.05
-                    )
-
-                print(
-                    f"  CPU per row after the first batch, us: {us(procs.items())}; {busy / s['cpu_s'] / (os.cpu_count() or 1):.0%}"
-                    f" of {os.cpu_count()} cores busy with these"
-                )
-                jvm = [(k[4:], v) for k, v in s["cpu"].items() if k.startswith("JVM ")]
-                print(f"    of which JVM threads: {us(jvm)}")
-            expected = sum((i % args.partitions) * 1_000_000_000 + i // args.partitions for i in range(n))
-            ok = s["rows"] == n and s["checksum"] == expected and s["max_delivery_count"] == 1 and s["lag"] == 0
-            print(
-                f"  checks: rows {s['rows']:,}, every (partition, offset) once {s['checksum'] == expected}, max"
-                f" deliveryCount {s['max_delivery_count']}, lag after {s['lag']} -> {'OK' if ok else 'FAILED'}"
-            )
-
-            print()
-            print("batch: spark.read.format('shoal'), earliest..latest, one task per partition")
-            for attempt in ("first", "second"):
-                rows, secs = bench_batch(spark, broker.bootstrap, topic)
-                print(f"  {attempt:<9} {rows / secs:>10,.0f} rows/s  ({rows:,} rows in {secs:.1f} s)")
-            spark.stop()
-            return 0 if ok else 1
+                if warmup > 0:
+                    c = bench_stream(
+                        spark, broker.bootstrap, topic, f"bench-cold-{mi}", n, str(Path(tmp) / f"cold-{mi}"),
+                        args.fetch_max_bytes, stop_after_s=warmup, read_path=paths[0],
+                    )  # fmt: skip
+                    _rates(c, "cold JVM")
+                for path in paths:
+                    s = bench_stream(
+                        spark, broker.bootstrap, topic, f"bench-{mi}-{path}", n, str(Path(tmp) / f"chk-{mi}-{path}"),
+                        args.fetch_max_bytes, read_path=path,
+                    )  # fmt: skip
+                    passed, summary = _report(s, n, args.partitions, f"{path} path")
+                    ok = ok and passed
+                    results.append((master, path, summary))
+                if not args.no_batch and mi == 0:
+                    print()
+                    print(f"batch: spark.read.format('shoal') on {master}, earliest..latest, one task per partition")
+                    for attempt in ("first", "second"):
+                        rows, secs = bench_batch(spark, broker.bootstrap, topic)
+                        print(f"  {attempt:<9} {rows / secs:>10,.0f} rows/s  ({rows:,} rows in {secs:.1f} s)")
+                spark.stop()
         finally:
             broker.stop()
+    print()
+    print("summary (warm JVM; CPU after the first micro-batch):")
+    print(
+        f"  {'master':<26} {'path':<9} {'steady rows/s':>14} {'overall rows/s':>15} {'driver us/row':>14} {'executor us/row':>16}"
+    )
+
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    for master, path, r in results:
+        print(
+            f"  {master:<26} {path:<9} {r['steady']:>14,.0f} {r['overall']:>15,.0f}"
+            f" {fmt(r['driver_us']):>14} {fmt(r['executor_us']):>16}"
+        )
+    print("  goals: >= 150,000 rows/s steady on local[2] (1 KiB records, warm JVM); driver <= 1.0 us/row")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

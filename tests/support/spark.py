@@ -42,11 +42,22 @@ SPARK_BROKER_OVERRIDES = (
 
 _session: Any = None
 _session_lock = threading.Lock()
+_atexit: list[bool] = []
 
 
-def get_spark() -> Any:
+LOCAL = "local[2]"
+# Real executor JVMs with their own Python workers: 2 workers of 1 core and 1 GiB each.
+LOCAL_CLUSTER = "local-cluster[2,1,1024]"
+
+
+def get_spark(master: str = LOCAL) -> Any:
+    """The test session's SparkSession on ``master``; one of another master is stopped first
+    (a process has one SparkContext), so modules on the same master share one."""
     global _session
     with _session_lock:
+        if _session is not None and _session.sparkContext.master != master:
+            _session.stop()
+            _session = None
         if _session is None:
             os.environ["PYSPARK_PYTHON"] = sys.executable
             os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -56,7 +67,7 @@ def get_spark() -> Any:
             from shoal.client.spark.source import register
 
             spark = (
-                SparkSession.builder.master("local[2]")
+                SparkSession.builder.master(master)
                 .appName("shoal-tests")
                 .config("spark.ui.enabled", "false")
                 .config("spark.sql.shuffle.partitions", "2")
@@ -65,11 +76,13 @@ def get_spark() -> Any:
             spark.sparkContext.setLogLevel("ERROR")
             register(spark)
             _session = spark
-            atexit.register(spark.stop)
+            if not _atexit:
+                _atexit.append(True)
+                atexit.register(lambda: _session is not None and _session.stop())
         return _session
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def spark() -> Any:
     # py4j's callback server waits in select(), which fails on a descriptor >= 1024: a test
     # process holding that many (brokers run in it) would hang a streaming query, not fail it
@@ -227,13 +240,20 @@ class Collector:
         return len(set(self.keys()))
 
 
-def stream(spark: Any, bootstrap: str, topic: str, group: str, **options: str) -> Any:
+@pytest.fixture(params=["executor", "driver"])
+def read_path(request: pytest.FixtureRequest) -> str:
+    """The stream's ``shoal.read.path``: executors read the acquired ranges, or the driver reads."""
+    return request.param
+
+
+def stream(spark: Any, bootstrap: str, topic: str, group: str, read_path: str = "executor", **options: str) -> Any:
     reader = (
         spark.readStream.format("shoal")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("kafka.group.id", group)
         .option("startingOffsets", "earliest")
+        .option("shoal.read.path", read_path)
     )
     for k, v in options.items():
         reader = reader.option(k, v)

@@ -21,6 +21,7 @@ from shoal.client.spark.offsets import (
     OffsetRange,
     check_known_partitions,
     resolve_ranges,
+    split_acquired,
     split_ranges,
     timestamps_to_look_up,
 )
@@ -298,3 +299,67 @@ def test_offsets_round_trip() -> None:
     assert parse_offset({}) == (0, None)
     with pytest.raises(ValueError):
         parse_offset({"offset": 3})
+
+
+# -- the executor read path: acquired ranges --------------------------------------------------------
+
+
+def test_read_path_and_fail_on_data_loss_options() -> None:
+    grouped = {"kafka.group.id": "g"}
+    s = _opts(**grouped).for_stream()
+    assert s.read_path == "executor" and s.fail_on_data_loss is True
+    s = _opts(**grouped, **{"shoal.read.path": "Driver", "failOnDataLoss": "false"}).for_stream()
+    assert s.read_path == "driver" and s.fail_on_data_loss is False
+    assert _error(_opts, **{"shoal.read.path": "both"}).key == "shoal.read.path"
+    assert _error(_opts(**{"shoal.read.path": "driver"}).for_batch).key == "shoal.read.path"
+    # Executors fetch with the stream's consumer-level settings, always read_uncommitted.
+    s = _opts(**grouped, **{"kafka.request.timeout.ms": "7000", "kafka.share.acquire.mode": "record_limit"})
+    fetch = s.for_stream().stream_fetch_config()
+    assert fetch["request.timeout.ms"] == 7000 and fetch["isolation.level"] == "read_uncommitted"
+    assert "share.acquire.mode" not in fetch
+
+
+def _ranges(*spans: tuple[int, int, int]):
+    from shoal.client.share.ranges import AcquiredRange
+
+    return [AcquiredRange("t", p, f, last, 1, 100.0) for p, f, last in spans]
+
+
+def test_ledger_of_ranges_counts_offsets_and_cuts_a_range_at_the_limit() -> None:
+    ledger = BatchLedger(ranges=True)
+    ledger.add(_ranges((0, 0, 9), (1, 0, 4)))
+    assert ledger.rows() == 15 and len(ledger) == 2
+    assert ledger.plan(0, limit=12) == 1
+    assert [(r.partition, r.first, r.last) for r in ledger.batch(1)] == [(0, 0, 9), (1, 0, 1)]
+    assert [(r.partition, r.first, r.last) for r in ledger.pool.values()] == [(1, 2, 4)]
+    assert ledger.plan(1, limit=100) == 2 and ledger.rows(ledger.batch(2)) == 3
+    # Spark never recorded batch 2: its range goes back to the pool, before anything newer.
+    ledger.add(_ranges((1, 5, 6)))
+    ledger.unplan_after(1)
+    assert [(r.first, r.last) for r in ledger.pool.values()] == [(2, 4), (5, 6)]
+    assert ledger.rows(ledger.take_committed(1)) == 12
+
+
+def test_split_acquired_one_partition_per_task_deterministic_and_complete() -> None:
+    ranges = [("t", 1, 0, 9, 1), ("t", 0, 5, 6, 2), ("t", 0, 0, 3, 1), ("u", 0, 7, 6, 1)]
+    tasks = split_acquired(ranges)
+    assert tasks == [("t", 0, ((0, 3, 1), (5, 6, 2))), ("t", 1, ((0, 9, 1),))]
+    assert split_acquired(list(reversed(ranges))) == tasks
+    four = split_acquired(ranges, min_tasks=4)
+    assert len(four) == 4 and all(len({(t, p)}) == 1 for t, p, _ in four)
+    assert sorted((t, p, o, c) for t, p, spans in four for f, last, c in spans for o in range(f, last + 1)) == sorted(
+        (t, p, o, c) for t, p, f, last, c in ranges for o in range(f, last + 1)
+    )
+    big = split_acquired([("t", 0, 0, 99, 3)], rows_per_task=30)
+    assert [spans for _, _, spans in big] == [((0, 24, 3),), ((25, 49, 3),), ((50, 74, 3),), ((75, 99, 3),)]
+
+
+def test_executor_keeps_exactly_the_acquired_offsets_with_their_counts() -> None:
+    pytest.importorskip("pyspark")
+    from shoal.client.spark.acquired import _Keeper
+
+    keep = _Keeper(((2, 4, 1), (7, 7, 3), (9, 12, 2)))
+    first, counts = keep([Rec("t", 0, o) for o in range(0, 8)])  # a batch starting before the range
+    assert [r.offset for r in first] == [2, 3, 4, 7] and counts == [1, 1, 1, 3]
+    rest, counts = keep([Rec("t", 0, o) for o in (8, 10, 11, 13, 14)])  # 9 and 12 hold no record
+    assert [r.offset for r in rest] == [10, 11] and counts == [2, 2]

@@ -87,6 +87,11 @@ _HB = api_by_name("ShareGroupHeartbeat").request_class()
 class AsyncShareConsumer:
     """A share-group consumer; settings by Kafka's names (``client.core.config.SHARE_CONSUMER_OPTIONS``)."""
 
+    # What holds the acquired records and what fetches them: the acquire-only consumer
+    # (client.share.acquirer) swaps in range-based ones that never decode records.
+    _tracker_class: Any = AckTracker
+    _fetcher_class: Any = ShareFetcher
+
     def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self._config = cfg = build_config("share_consumer", config, kwargs)
         self._group: str = cfg["group.id"]
@@ -96,7 +101,7 @@ class AsyncShareConsumer:
         self._member_id = new_member_id()
         self._explicit = cfg["share.acknowledgement.mode"] == "explicit"
         self._max_poll = cfg["max.poll.records"]
-        self._tracker = AckTracker(explicit=self._explicit)
+        self._tracker = self._tracker_class(explicit=self._explicit)
         self._membership = ShareMembership(
             self._group,
             self._member_id,
@@ -105,7 +110,7 @@ class AsyncShareConsumer:
             retry_backoff_max_ms=cfg["retry.backoff.max.ms"],
             rack_id=cfg["client.rack"] or None,
         )
-        self._fetcher = ShareFetcher(
+        self._fetcher = self._fetcher_class(
             self._core,
             cfg,
             self._group,

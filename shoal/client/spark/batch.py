@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
@@ -44,7 +45,13 @@ from pyspark.sql.types import StructType
 from shoal.client.core.client_core import ClientCore, metadata_stale
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.config import Config
-from shoal.client.core.errors import BrokerResponseError, ConfigError, KafkaClientError, KafkaTimeoutError
+from shoal.client.core.errors import (
+    BrokerResponseError,
+    ConfigError,
+    KafkaClientError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+)
 from shoal.client.core.records import decode_record_set_for
 from shoal.client.spark.offsets import (
     OffsetRange,
@@ -59,7 +66,17 @@ from shoal.protocol.api import api_by_name
 from shoal.protocol.constants import IsolationLevel, ListOffsetsTimestamp
 from shoal.protocol.errors import ErrorCode
 
-__all__ = ["DataLossError", "RangePartition", "ShoalBatchReader", "list_offsets", "plan_ranges", "read_range"]
+__all__ = [
+    "DataLossError",
+    "RangePartition",
+    "ShoalBatchReader",
+    "list_offsets",
+    "plan_ranges",
+    "range_chunks",
+    "read_range",
+]
+
+log = logging.getLogger("shoal.spark")
 
 _TOPIC_WAIT_MS = 10000
 
@@ -110,24 +127,49 @@ class ShoalBatchReader(DataSourceReader):
             return  # Spark's placeholder task when nothing is to be read
         rng = OffsetRange(partition.topic, partition.partition, partition.start, partition.end)
         columns = RowColumns(arrow_schema(self.schema))
-        loop = asyncio.new_event_loop()
-        core = ClientCore(self.config)
-        chunks = read_range(core, rng, fail_on_data_loss=self.options.fail_on_data_loss)
+        for records in range_chunks(self.config, rng, fail_on_data_loss=self.options.fail_on_data_loss):
+            columns.add_records(rng.topic, rng.partition, records)
+            yield columns.batch()
+
+
+def range_chunks(
+    config: Config, rng: OffsetRange, *, fail_on_data_loss: bool = True, connect_ms: float = 0
+) -> Iterator[list[Any]]:
+    """``read_range`` for synchronous callers (executor tasks): a private loop and connection,
+    both closed when the iteration ends or is abandoned. ``connect_ms``: how long to keep trying
+    to reach the cluster (a stream's task outlives a broker restart; a batch read fails fast)."""
+    loop = asyncio.new_event_loop()
+    core = ClientCore(config)
+    chunks = read_range(core, rng, fail_on_data_loss=fail_on_data_loss)
+    try:
+        loop.run_until_complete(_connect(core, connect_ms))
+        while True:
+            try:
+                records = loop.run_until_complete(anext(chunks))
+            except StopAsyncIteration:
+                break
+            yield records
+    finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(chunks.aclose())
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(core.close())
+        loop.close()
+
+
+async def _connect(core: ClientCore, budget_ms: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + budget_ms / 1000
+    delay = core.config["retry.backoff.ms"] / 1000
+    while True:
         try:
-            loop.run_until_complete(core.start())
-            while True:
-                try:
-                    records = loop.run_until_complete(anext(chunks))
-                except StopAsyncIteration:
-                    break
-                columns.add_records(rng.topic, rng.partition, records)
-                yield columns.batch()
-        finally:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(chunks.aclose())
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(core.close())
-            loop.close()
+            await core.start()
+            return
+        except KafkaConnectionError:
+            if loop.time() + delay >= deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, core.config["retry.backoff.max.ms"] / 1000)
 
 
 # -- planning (driver) --------------------------------------------------------------------
@@ -285,8 +327,18 @@ async def read_range(core: ClientCore, rng: OffsetRange, *, fail_on_data_loss: b
         part = await core.retry(fetch_once, what=f"Fetch {tp}")
         if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if part.log_start_offset > offset and not fail_on_data_loss:
+                log.warning(
+                    "%s: offsets %d..%d are gone (log start %d); skipped (failOnDataLoss=false)",
+                    tp, offset, min(part.log_start_offset, rng.end) - 1, part.log_start_offset,
+                )  # fmt: skip
                 offset = min(part.log_start_offset, rng.end)
                 continue
+            if offset >= part.high_watermark >= 0 and not fail_on_data_loss:
+                log.warning(
+                    "%s: the log ends at %d, offsets %d..%d are gone; skipped (failOnDataLoss=false)",
+                    tp, part.high_watermark, offset, rng.end - 1,
+                )  # fmt: skip
+                return
             raise DataLossError(
                 f"{tp}: offset {offset} is out of range (log start {part.log_start_offset}, "
                 f"high watermark {part.high_watermark}); set failOnDataLoss=false to skip missing records"
@@ -297,6 +349,10 @@ async def read_range(core: ClientCore, rng: OffsetRange, *, fail_on_data_loss: b
             if limit <= offset:
                 # The log no longer reaches the planned end: records were truncated away.
                 if not fail_on_data_loss:
+                    log.warning(
+                        "%s: the log ends at %d, offsets up to %d are gone; skipped (failOnDataLoss=false)",
+                        tp, limit, rng.end - 1,
+                    )  # fmt: skip
                     return
                 raise DataLossError(
                     f"{tp}: the log ends at {limit} but the read was planned up to {rng.end}; "

@@ -7,7 +7,8 @@ returns, so they are plain functions over numbers the planner looked up with
 ListOffsets, tested without a broker. ``split_ranges`` decides the
 parallelism: one task per topic-partition by default, more with
 ``minPartitions`` (proportional to each range's size, as Spark computes it)
-or ``maxRecordsPerPartition``.
+or ``maxRecordsPerPartition``. ``split_acquired`` does the same for a stream
+micro-batch read on the executors: the share group's acquired ranges.
 
 Ranges are half-open, ``[start, end)``: ``end`` is the first offset *not*
 read, exactly like Spark's ``untilOffset``.
@@ -24,7 +25,18 @@ from shoal.client.core.errors import ConfigError
 from shoal.client.spark.options import OffsetSpec
 from shoal.protocol.constants import ListOffsetsTimestamp
 
-__all__ = ["OffsetRange", "check_known_partitions", "resolve_ranges", "split_ranges", "timestamps_to_look_up"]
+__all__ = [
+    "AcquiredTask",
+    "OffsetRange",
+    "check_known_partitions",
+    "resolve_ranges",
+    "split_acquired",
+    "split_ranges",
+    "timestamps_to_look_up",
+]
+
+Span = tuple[int, int, int]  # first offset, last offset (inclusive), delivery count
+AcquiredTask = tuple[str, int, tuple[Span, ...]]  # topic, partition, its spans in offset order
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,4 +190,58 @@ def split_ranges(
             lo = r.start + r.size * i // n
             hi = r.start + r.size * (i + 1) // n
             out.append(OffsetRange(r.topic, r.partition, lo, hi))
+    return out
+
+
+def split_acquired(
+    ranges: Sequence[tuple[str, int, int, int, int]], *, min_tasks: int = 1, rows_per_task: int = 65536
+) -> list[AcquiredTask]:
+    """Tasks of one stream micro-batch from its acquired ranges (topic, partition, first, last, count).
+
+    A task reads one partition: its ranges in offset order, about
+    ``rows_per_task`` offsets at most, and the largest tasks are halved until
+    there are ``min_tasks``. The result depends only on the ranges, so a
+    retried or repeated plan is identical.
+    """
+    by_tp: dict[tuple[str, int], list[Span]] = {}
+    for topic, partition, first, last, count in ranges:
+        if last >= first:
+            by_tp.setdefault((topic, partition), []).append((first, last, count))
+    tasks: list[AcquiredTask] = []
+    for (topic, partition), spans in sorted(by_tp.items()):
+        spans.sort()
+        total = sum(last - first + 1 for first, last, _ in spans)
+        for piece in _cut_spans(spans, max(1, -(-total // rows_per_task))):
+            tasks.append((topic, partition, piece))
+    while len(tasks) < min_tasks:
+        sizes = [sum(last - first + 1 for first, last, _ in t[2]) for t in tasks]
+        if not sizes or max(sizes) < 2:
+            break
+        i = sizes.index(max(sizes))
+        topic, partition, spans_i = tasks[i]
+        tasks[i : i + 1] = [(topic, partition, piece) for piece in _cut_spans(list(spans_i), 2)]
+    return tasks
+
+
+def _cut_spans(spans: list[Span], pieces: int) -> list[tuple[Span, ...]]:
+    """``spans`` (sorted) cut into ``pieces`` runs of nearly equal offset counts."""
+    total = sum(last - first + 1 for first, last, _ in spans)
+    pieces = max(1, min(pieces, total))
+    out: list[tuple[Span, ...]] = []
+    current: list[Span] = []
+    done = 0  # offsets placed in finished pieces and current
+    k = 1
+    for first, last, count in spans:
+        while first <= last:
+            bound = total * k // pieces  # offsets the first k pieces hold
+            take = min(last - first + 1, bound - done)
+            current.append((first, first + take - 1, count))
+            done += take
+            first += take
+            if done == bound:
+                out.append(tuple(current))
+                current = []
+                k += 1
+    if current:
+        out.append(tuple(current))
     return out

@@ -30,6 +30,7 @@ from shoal.protocol.constants import ListOffsetsTimestamp
 
 __all__ = [
     "BATCH_ONLY",
+    "READ_PATHS",
     "STREAM_ONLY",
     "OffsetSpec",
     "SourceOptions",
@@ -42,7 +43,14 @@ __all__ = [
 STREAM_MAX_POLL_RECORDS = 1_000_000
 
 # Spark's spelling of every option, keyed by the lower-case form Spark passes.
-_COMMON = ("kafka.bootstrap.servers", "subscribe", "includeHeaders", "startingOffsets", "minPartitions")
+_COMMON = (
+    "kafka.bootstrap.servers",
+    "subscribe",
+    "includeHeaders",
+    "startingOffsets",
+    "minPartitions",
+    "failOnDataLoss",
+)
 BATCH_ONLY = (
     "endingOffsets",
     "startingTimestamp",
@@ -51,9 +59,11 @@ BATCH_ONLY = (
     "endingOffsetsByTimestamp",
     "startingOffsetsByTimestampStrategy",
     "maxRecordsPerPartition",
-    "failOnDataLoss",
 )
-STREAM_ONLY = ("kafka.group.id", "maxRecordsPerTrigger", "share.lock.renew", "share.poll.timeout.ms")
+STREAM_ONLY = ("kafka.group.id", "maxRecordsPerTrigger", "share.lock.renew", "share.poll.timeout.ms", "shoal.read.path")
+# Where a stream's records are read and decoded (client.spark.stream): by the executors, from
+# the ranges the driver acquired, or by the driver itself, shipped to the executors as Arrow.
+READ_PATHS = ("executor", "driver")
 _CANONICAL = {name.lower(): name for name in (*_COMMON, *BATCH_ONLY, *STREAM_ONLY)}
 
 # Spark's Kafka source refuses these consumer settings for the same reasons.
@@ -101,6 +111,7 @@ class SourceOptions:
     max_records_per_trigger: int | None = None
     lock_renew: bool = True
     poll_timeout_ms: int = 500
+    read_path: str = "executor"
     # the kafka.* client settings; kept out of the repr: they may hold sasl.password or ssl.key.password
     client: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
     given: frozenset[str] = frozenset()
@@ -161,6 +172,19 @@ class SourceOptions:
         mapping["group.id"] = self.group_id
         mapping["share.acknowledgement.mode"] = "explicit"
         return _client_config("share_consumer", mapping)
+
+    def stream_fetch_config(self) -> Config:
+        """Settings of the Fetch connections a stream's executors open (read path ``executor``):
+        the batch reader's, with the stream's ``kafka.*`` settings that a consumer also has
+        (security, timeouts, sizes). Always read_uncommitted: the broker acquires no control
+        records and, for a read_committed share group, no aborted ones, and the executors keep
+        exactly the acquired offsets."""
+        consumer_keys = {o.name for o in CONSUMER_OPTIONS}
+        mapping: dict[str, Any] = {"max.partition.fetch.bytes": 8 * 1024 * 1024, "fetch.max.wait.ms": 100}
+        mapping.update({k: v for k, v in self._client_settings("share_consumer").items() if k in consumer_keys})
+        mapping["bootstrap.servers"] = self.bootstrap_servers
+        mapping["isolation.level"] = "read_uncommitted"
+        return _client_config("consumer", mapping)
 
     def _client_settings(self, kind: str) -> dict[str, str]:
         table = {o.name for o in (CONSUMER_OPTIONS if kind == "consumer" else SHARE_CONSUMER_OPTIONS)}
@@ -234,6 +258,9 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
         raise ConfigError("startingOffsetsByTimestampStrategy", f"{strategy!r} is not one of error, latest")
 
     poll_timeout = _int(values, "share.poll.timeout.ms", 0)
+    read_path = values.get("shoal.read.path", "executor").strip().lower()
+    if read_path not in READ_PATHS:
+        raise ConfigError("shoal.read.path", f"{read_path!r} is not one of {', '.join(READ_PATHS)}")
     return SourceOptions(
         bootstrap_servers=servers,
         topics=topics,
@@ -248,6 +275,7 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
         max_records_per_trigger=_int(values, "maxRecordsPerTrigger", 1),
         lock_renew=_bool(values, "share.lock.renew", True),
         poll_timeout_ms=500 if poll_timeout is None else poll_timeout,
+        read_path=read_path,
         client=client,
         given=frozenset(values),
     )

@@ -119,8 +119,11 @@ class RowColumns:
             self.headers.append(headers)
         self.counts.append(delivery_count)
 
-    def add_records(self, topic: str, partition: int, records: Sequence[Any]) -> None:
-        """Append ``protocol.records.Record`` or ``ConsumerRecord`` objects of one partition (no delivery count)."""
+    def add_records(
+        self, topic: str, partition: int, records: Sequence[Any], counts: Sequence[int] | None = None
+    ) -> None:
+        """Append ``protocol.records.Record`` or ``ConsumerRecord`` objects of one partition, with
+        ``counts`` (their delivery counts) when they were delivered by a share group, else none."""
         n = len(records)
         self.keys += [r.key for r in records]
         self.values += [r.value for r in records]
@@ -131,7 +134,10 @@ class RowColumns:
         self.ts_types += [r.timestamp_type for r in records]
         if self.headers is not None:
             self.headers += [r.headers for r in records]
-        self.counts += [None] * n
+        if counts is None:
+            self.counts += [None] * n
+        else:
+            self.counts += counts
 
     def extend(self, records: Sequence[Any]) -> None:
         """Append share-group ``ConsumerRecord`` objects of any partitions, with their delivery counts."""

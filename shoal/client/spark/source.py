@@ -34,12 +34,14 @@ taking precedence over offsets as in Spark), ``minPartitions``,
 ``maxRecordsPerPartition``, ``failOnDataLoss``. The driver plans exact
 ranges with ListOffsets; executors read them in parallel with Fetch.
 
-**Streams** (``client.spark.stream``): a share group read by the driver and
-acknowledged only once Spark has committed each micro-batch: at-least-once,
-exactly-once with a sink that is idempotent by (topic, partition, offset);
-the records pass through the driver. ``kafka.group.id``,
-``maxRecordsPerTrigger``, ``share.lock.renew``, ``share.poll.timeout.ms``,
-``startingOffsets`` (earliest | latest) and ``minPartitions``.
+**Streams** (``client.spark.stream``): a share group acquired by the driver
+and acknowledged only once Spark has committed each micro-batch:
+at-least-once, exactly-once with a sink that is idempotent by (topic,
+partition, offset). Executors fetch and decode the acquired ranges
+(``shoal.read.path=executor``, the default; ``driver`` reads on the driver).
+``kafka.group.id``, ``maxRecordsPerTrigger``, ``share.lock.renew``,
+``share.poll.timeout.ms``, ``startingOffsets`` (earliest | latest),
+``minPartitions``, ``failOnDataLoss`` and ``shoal.read.path``.
 
 Workers import this package: run Spark with ``PYSPARK_PYTHON`` set to an
 interpreter that has ``shoal`` installed.

@@ -14,19 +14,34 @@ releases that batch too (the acceptance is sent by the next trigger), and
 after a broker restart redelivered records may still say ``deliveryCount``
 1 (Kafka persists delivery counts only with acknowledgements).
 
-The cost: records pass through the driver. A share group hands records to a
-group *member*, with a lock held by that member; Spark's executors are not
-members and cannot acknowledge, so the driver-side reader is the member and
-each planned partition carries its rows (Arrow IPC bytes) to the executors.
-Throughput is bounded by one process decoding and shipping the stream, and a
-micro-batch is at most what one poll returns: one ShareFetch answer, i.e. at
-most ``kafka.fetch.max.bytes`` (the broker splits it evenly across the
-partitions) and at most the group's ``share.partition.max.record.locks``
-records per partition (the in-flight limit: 2,000 by default, up to the
-broker's ``group.share.max.partition.max.record.locks``). Spark's cost per
+Where records are read (option ``shoal.read.path``). A share group hands
+records to a group *member*, with a lock held by that member; Spark's
+executors are not members and cannot acknowledge, so the driver-side runner
+is the member either way:
+
+* ``executor`` (default): the runner's consumer is an acquire-only one
+  (``client.share.acquirer``): it keeps the AcquiredRecords ranges of each
+  ShareFetch answer -- (first, last, delivery count) -- and never decodes a
+  record. A batch's tasks are those ranges (``client.spark.acquired``: a
+  few numbers per task, identical on every retry); each executor task
+  fetches its ranges from the partition leader with plain Fetch, keeps
+  exactly the acquired offsets with their delivery counts and builds Arrow.
+  The driver's cost per batch does not grow with its rows, and executors
+  add throughput. A record deleted between the acquire and the read follows
+  ``failOnDataLoss``.
+* ``driver``: the runner decodes the records and each planned partition
+  carries its rows as Arrow IPC bytes. One process decodes and ships the
+  stream, but a batch's tasks need no connection to the broker: it wins for
+  tiny batches, where a task's Fetch round costs more than shipping the rows.
+
+Either way a micro-batch is at most what one poll returns: one ShareFetch
+answer, i.e. at most ``kafka.fetch.max.bytes`` (the broker splits it evenly
+across the partitions) and at most the group's
+``share.partition.max.record.locks`` records per partition (the in-flight
+limit: 2,000 by default, up to the broker's
+``group.share.max.partition.max.record.locks``). Spark's cost per
 micro-batch is a few tenths of a second whatever its size, so rows/s grow
-with rows per batch: raise the group's in-flight limit for throughput. For
-backfills use the batch reader, which reads on the executors.
+with rows per batch: raise the group's in-flight limit for throughput.
 
 How it maps onto Spark's Python stream-reader protocol (pyspark 4.x):
 
@@ -45,10 +60,11 @@ How it maps onto Spark's Python stream-reader protocol (pyspark 4.x):
   ``commit(end)`` accepts the same way. Acceptances ride on that poll's
   ShareFetch or go out at once, unawaited: one that fails leaves the record
   with the broker, which delivers it again.
-* ``partitions(start, end)`` returns the held records of the batch, in
+* ``partitions(start, end)`` returns the batch's tasks: its acquired ranges
+  per partition (up to 64k offsets a task), or its held records in
   (topic, partition, offset) order cut into tasks of about 16k rows (at least
   ``minPartitions``), so retries and repeated actions see identical rows.
-  The tasks' Arrow payloads are built on a thread as soon as
+  The tasks (and the driver path's Arrow payloads) are built on a thread as soon as
   ``latestOffset`` planned the batch, while Spark writes its offset log. A
   replayed batch that this process does not hold (a restarted query
   re-running its last planned batch) yields nothing: its records were
@@ -67,7 +83,8 @@ How it maps onto Spark's Python stream-reader protocol (pyspark 4.x):
 Options: ``kafka.bootstrap.servers``, ``subscribe``, ``kafka.group.id`` (the
 share group), ``maxRecordsPerTrigger``, ``includeHeaders``, ``minPartitions``,
 ``share.lock.renew``, ``share.poll.timeout.ms`` (how long one trigger waits
-for records, default 500), ``startingOffsets`` (earliest | latest: sets the
+for records, default 500), ``shoal.read.path`` (executor | driver),
+``failOnDataLoss`` (executor path; default true), ``startingOffsets`` (earliest | latest: sets the
 group's ``share.auto.offset.reset``, which applies to partitions the group
 has no state for yet), and ``kafka.*`` share consumer settings.
 ``Trigger.AvailableNow`` is supported (the reader mixes in
@@ -107,6 +124,7 @@ log = logging.getLogger("shoal.spark")
 
 _DEFAULT_LOCK_MS = 30000
 _ROWS_PER_TASK = 16384
+_EXEC_ROWS_PER_TASK = 65536  # a task fetches its own records: fewer, larger tasks
 _CLOSE_BUDGET_S = 10.0
 
 # Runners alive in this process, for the SIGTERM handler (a signal handler is
@@ -135,7 +153,7 @@ class ShareRunner:
         self.options = options
         self.config = config
         self.run_id = uuid.uuid4().hex
-        self.ledger = BatchLedger()
+        self.ledger = BatchLedger(ranges=options.read_path == "executor")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="shoal-share-runner", daemon=True)
         self._consumer: Any = None
@@ -158,12 +176,15 @@ class ShareRunner:
         _install_sigterm_handler()
 
     async def _start(self) -> None:
+        from shoal.client.share.acquirer import AsyncShareAcquirer
         from shoal.client.share.consumer import AsyncShareConsumer
 
         self._lock = asyncio.Lock()
         if self.options.starting is not None:
             await self._set_auto_offset_reset(self.options.starting.kind)
-        consumer = AsyncShareConsumer(dict(self.config))
+        # The executor path acquires ranges and never decodes a record here.
+        kind = AsyncShareAcquirer if self.options.read_path == "executor" else AsyncShareConsumer
+        consumer = kind(dict(self.config))
         consumer.set_acknowledgement_commit_callback(self._on_acknowledged)
         await consumer.start()
         consumer.subscribe(list(self.options.topics))
@@ -380,10 +401,12 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options.for_stream()
         self.config = self.options.stream_client_config()
+        # what executor tasks connect with (read path "executor")
+        self.fetch_config = self.options.stream_fetch_config() if self.options.read_path == "executor" else None
         self.schema = schema
         self._runner: ShareRunner | None = None
         # batch id -> its tasks, or the Future of their build (started when the batch is planned)
-        self._payloads: dict[int, list[RecordsPartition] | Future] = {}
+        self._payloads: dict[int, list[InputPartition] | Future] = {}
         self._available_now = False
         self._first = True
 
@@ -449,7 +472,7 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # A batch planned by an earlier run of the query: its records were released
             # when that process ended and the broker delivers them again.
             return []
-        out: list[RecordsPartition] = []
+        out: list[InputPartition] = []
         missing = [bid for bid in range(after + 1, upto + 1) if bid not in self._payloads]
         if missing:
             for bid, records in runner.records(after, upto).items():
@@ -461,17 +484,23 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out += tasks
         return out
 
-    def _build(self, batch_id: int, records: list[Any]) -> list[RecordsPartition]:
-        """The batch's rows in offset order per topic-partition, cut into Spark tasks.
+    def _build(self, batch_id: int, records: list[Any]) -> list[InputPartition]:
+        """The batch's tasks: its acquired ranges (read path ``executor``), or its rows in offset
+        order per topic-partition as Arrow payloads (``driver``).
 
-        Tasks hold about ``_ROWS_PER_TASK`` rows (at least ``minPartitions``
-        tasks): per-task overhead, not rows, dominates small tasks.
+        Tasks hold about ``_ROWS_PER_TASK`` rows (``_EXEC_ROWS_PER_TASK`` offsets;
+        at least ``minPartitions`` tasks): per-task overhead, not rows, dominates
+        small tasks.
         """
+        if self.options.read_path == "executor":
+            from shoal.client.spark.acquired import plan_acquired
+
+            return list(plan_acquired(batch_id, records, self.options.min_partitions or 1, _EXEC_ROWS_PER_TASK))
         records = sorted(records, key=attrgetter("topic", "partition", "offset"))
         n = len(records)
         tasks = min(n, max(self.options.min_partitions or 1, -(-n // _ROWS_PER_TASK)))
         columns = RowColumns(arrow_schema(self.schema))
-        out = []
+        out: list[InputPartition] = []
         for i in range(tasks):
             chunk = records[n * i // tasks : n * (i + 1) // tasks]
             columns.extend(chunk)
@@ -502,3 +531,11 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if isinstance(partition, RecordsPartition):
             yield from from_ipc(partition.payload)
+            return
+        from shoal.client.spark.acquired import AcquiredPartition, read_acquired
+
+        if isinstance(partition, AcquiredPartition):
+            assert self.fetch_config is not None
+            yield from read_acquired(
+                self.fetch_config, partition, self.schema, fail_on_data_loss=self.options.fail_on_data_loss
+            )
