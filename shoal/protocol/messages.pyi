@@ -1976,6 +1976,7 @@ class ShareGroupTargetAssignmentMetadataValue:
     SPEC: ClassVar[MessageSpec]
     API_KEY: ClassVar[int | None]
     assignment_epoch: int = ...
+    assignment_timestamp: int = ...
 
 @dataclass(slots=True)
 class ShareSnapshotKey:
