@@ -44,6 +44,7 @@ the two forms KIP-932 allows.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -152,7 +153,7 @@ class _Partition:
         return not (self.buffer or self.delivered or self.pending or self.renewing or self.renewed or self.in_flight)
 
 
-def _check_type(kind: Any) -> int:
+def check_type(kind: Any) -> int:
     try:
         t = AcknowledgeType(kind)
     except ValueError:
@@ -162,12 +163,88 @@ def _check_type(kind: Any) -> int:
     return int(t)
 
 
-class AckTracker:
+class SendSide(ABC):
+    """The send side both trackers share (``AckTracker`` by record, ``RangeTracker`` by range):
+    per partition, acknowledgements pending (not sent), owed (sent, not answered) and the
+    requests in flight, as the fetcher takes, completes, merges and requeues them. A subclass
+    gives ``_new_part`` (its partition type, with ``pending``, ``owed``, ``internal``,
+    ``in_flight`` and ``empty()``) and ``complete``."""
+
+    _parts: dict[TopicPartition, Any]
+
+    @abstractmethod
+    def _new_part(self) -> Any:
+        """A new partition entry of the tracker's own type."""
+
+    def pending_partitions(self) -> list[TopicPartition]:
+        return [tp for tp, p in self._parts.items() if p.pending]
+
+    def has_pending(self, tp: TopicPartition) -> bool:
+        p = self._parts.get(tp)
+        return p is not None and bool(p.pending)
+
+    def take(self, tp: TopicPartition) -> PartitionAcks | None:
+        """Move a partition's pending acknowledgements into a PartitionAcks for one request."""
+        p = self._parts.get(tp)
+        if p is None or not p.pending:
+            return None
+        acks, p.pending = p.pending, {}
+        p.in_flight += 1
+        p.owed.update(acks)
+        internal = set()
+        if p.internal:
+            internal, p.internal = p.internal, set()
+        return PartitionAcks(tp, acks, bool(p.renewing) and RENEW in acks.values(), internal)
+
+    def complete_merged(self, pa: PartitionAcks) -> None:
+        """``pa`` was merged into another PartitionAcks of its partition, which is completed instead."""
+        if pa.done:
+            return
+        pa.done = True
+        p = self._parts.get(pa.tp)
+        if p is not None:
+            p.in_flight -= 1
+
+    def requeue(self, pa: PartitionAcks) -> None:
+        """The broker certainly did not apply ``pa``: its acknowledgements are pending again."""
+        if pa.done:
+            return
+        pa.done = True
+        p = self._part(pa.tp)
+        p.in_flight -= 1
+        p.owed.difference_update(pa.acks)
+        for o, t in pa.acks.items():
+            p.pending.setdefault(o, t)
+        p.internal |= pa.internal
+
+    def holds(self, tp: TopicPartition) -> bool:
+        """Whether anything of ``tp`` is still with the application or owed to the broker."""
+        p = self._parts.get(tp)
+        return p is not None and not p.empty()
+
+    def partitions(self) -> Iterator[TopicPartition]:
+        return iter(list(self._parts))
+
+    def _part(self, tp: TopicPartition) -> Any:
+        p = self._parts.get(tp)
+        if p is None:
+            p = self._parts[tp] = self._new_part()
+        return p
+
+    def _maybe_forget(self, tp: TopicPartition, p: Any) -> None:
+        if p.empty():
+            del self._parts[tp]
+
+
+class AckTracker(SendSide):
     """Records acquired by one share consumer and the acknowledgements it owes (see module doc)."""
 
     def __init__(self, *, explicit: bool) -> None:
         self.explicit = explicit
         self._parts: dict[TopicPartition, _Partition] = {}
+
+    def _new_part(self) -> _Partition:
+        return _Partition()
 
     # -- fetch side ------------------------------------------------------------------
     def add_acquired(self, tp: TopicPartition, records: Iterable[ConsumerRecord], gaps: Iterable[int] = ()) -> None:
@@ -315,7 +392,7 @@ class AckTracker:
 
     def acknowledge(self, record: ConsumerRecord, kind: Any = AcknowledgeType.ACCEPT) -> None:
         """Record the application's acknowledgement of one delivered record."""
-        t = _check_type(kind)
+        t = check_type(kind)
         # a plain (topic, partition) tuple hashes and compares as its TopicPartition; no NamedTuple per record
         p = self._parts.get((record.topic, record.partition))  # type: ignore[call-overload]
         held = p.delivered.get(record.offset) if p is not None else None
@@ -336,27 +413,7 @@ class AckTracker:
     def unacknowledged(self) -> int:
         return sum(len(p.delivered) for p in self._parts.values())
 
-    # -- send side -------------------------------------------------------------------
-    def pending_partitions(self) -> list[TopicPartition]:
-        return [tp for tp, p in self._parts.items() if p.pending]
-
-    def has_pending(self, tp: TopicPartition) -> bool:
-        p = self._parts.get(tp)
-        return p is not None and bool(p.pending)
-
-    def take(self, tp: TopicPartition) -> PartitionAcks | None:
-        """Move a partition's pending acknowledgements into a PartitionAcks for one request."""
-        p = self._parts.get(tp)
-        if p is None or not p.pending:
-            return None
-        acks, p.pending = p.pending, {}
-        p.in_flight += 1
-        p.owed.update(acks)
-        internal = set()
-        if p.internal:
-            internal, p.internal = p.internal, set()
-        return PartitionAcks(tp, acks, bool(p.renewing) and RENEW in acks.values(), internal)
-
+    # -- send side (the rest is SendSide's) --------------------------------------------
     def complete(self, pa: PartitionAcks, error: BaseException | None, lock_deadline: float | None = None) -> None:
         """The broker answered for ``pa`` (``error`` None: applied). Renewed records come back
         for the next poll with ``lock_deadline``; failed renewals are dropped."""
@@ -381,15 +438,6 @@ class AckTracker:
                 p.renewed.sort(key=_OFFSET)
         self._maybe_forget(pa.tp, p)
 
-    def complete_merged(self, pa: PartitionAcks) -> None:
-        """``pa`` was merged into another PartitionAcks of its partition, which is completed instead."""
-        if pa.done:
-            return
-        pa.done = True
-        p = self._parts.get(pa.tp)
-        if p is not None:
-            p.in_flight -= 1
-
     def add_pending(self, tp: TopicPartition, offsets: Iterable[int], kind: int) -> None:
         """Acknowledge acquired offsets the application never saw (RELEASE of records that
         cannot be handed out, GAP)."""
@@ -400,18 +448,6 @@ class AckTracker:
             p.internal.add(o)
             if o > p.high:
                 p.high = o
-
-    def requeue(self, pa: PartitionAcks) -> None:
-        """The broker certainly did not apply ``pa``: its acknowledgements are pending again."""
-        if pa.done:
-            return
-        pa.done = True
-        p = self._part(pa.tp)
-        p.in_flight -= 1
-        p.owed.difference_update(pa.acks)
-        for o, t in pa.acks.items():
-            p.pending.setdefault(o, t)
-        p.internal |= pa.internal
 
     # -- assignment changes ------------------------------------------------------------
     def release_buffered(self, tp: TopicPartition) -> int:
@@ -437,25 +473,6 @@ class AckTracker:
                 self._maybe_forget(tp, p)
         return n
 
-    def holds(self, tp: TopicPartition) -> bool:
-        """Whether anything of ``tp`` is still with the application or owed to the broker."""
-        p = self._parts.get(tp)
-        return p is not None and not p.empty()
-
-    def partitions(self) -> Iterator[TopicPartition]:
-        return iter(list(self._parts))
-
     def renewing(self) -> int:
         """Records whose RENEW is acknowledged but not answered yet."""
         return sum(len(p.renewing) for p in self._parts.values())
-
-    # -- internals ---------------------------------------------------------------------
-    def _part(self, tp: TopicPartition) -> _Partition:
-        p = self._parts.get(tp)
-        if p is None:
-            p = self._parts[tp] = _Partition()
-        return p
-
-    def _maybe_forget(self, tp: TopicPartition, p: _Partition) -> None:
-        if p.empty():
-            del self._parts[tp]

@@ -36,12 +36,12 @@ away so the new acquisition replaces it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from shoal.client.core.cluster import TopicPartition
 from shoal.client.core.errors import IllegalStateError
-from shoal.client.share.acks import PartitionAcks
+from shoal.client.share.acks import PartitionAcks, SendSide, check_type
 from shoal.protocol.constants import ACCEPT, RELEASE, RENEW, AcknowledgeType
 
 __all__ = ["AcquiredRange", "RangeTracker", "subtract_offsets"]
@@ -136,22 +136,15 @@ class _Part:
         return not (self.buffer or self.delivered or self.pending or self.renewing or self.renewed or self.in_flight)
 
 
-def _check_type(kind: object) -> int:
-    try:
-        t = AcknowledgeType(kind)  # type: ignore[arg-type]
-    except ValueError:
-        raise ValueError(f"{kind!r} is not an acknowledgement type (ACCEPT, RELEASE, REJECT or RENEW)") from None
-    if t == AcknowledgeType.GAP:
-        raise ValueError("GAP is not for applications: it marks offsets that hold no record")
-    return int(t)
-
-
-class RangeTracker:
+class RangeTracker(SendSide):
     """Acquired ranges of one acquire-only share consumer and what it owes (see module doc)."""
 
     def __init__(self, *, explicit: bool = True) -> None:
         self.explicit = explicit
         self._parts: dict[TopicPartition, _Part] = {}
+
+    def _new_part(self) -> _Part:
+        return _Part()
 
     # -- fetch side ------------------------------------------------------------------
     def add_ranges(self, tp: TopicPartition, ranges: Sequence[AcquiredRange]) -> None:
@@ -252,7 +245,7 @@ class RangeTracker:
 
     def acknowledge(self, rng: AcquiredRange, kind: object = AcknowledgeType.ACCEPT) -> None:
         """Acknowledge ``rng``: every offset of it must have been delivered and not acknowledged yet."""
-        t = _check_type(kind)
+        t = check_type(kind)
         where = f"{rng.topic}-{rng.partition} [{rng.first}, {rng.last}]"
         p = self._parts.get((rng.topic, rng.partition))  # type: ignore[call-overload]
         if rng.last < rng.first:
@@ -278,26 +271,7 @@ class RangeTracker:
     def unacknowledged(self) -> int:
         return sum(r.size for p in self._parts.values() for r in p.delivered)
 
-    # -- send side (the fetcher's interface, as AckTracker's) ------------------------------
-    def pending_partitions(self) -> list[TopicPartition]:
-        return [tp for tp, p in self._parts.items() if p.pending]
-
-    def has_pending(self, tp: TopicPartition) -> bool:
-        p = self._parts.get(tp)
-        return p is not None and bool(p.pending)
-
-    def take(self, tp: TopicPartition) -> PartitionAcks | None:
-        p = self._parts.get(tp)
-        if p is None or not p.pending:
-            return None
-        acks, p.pending = p.pending, {}
-        p.in_flight += 1
-        p.owed.update(acks)
-        internal = set()
-        if p.internal:
-            internal, p.internal = p.internal, set()
-        return PartitionAcks(tp, acks, bool(p.renewing) and RENEW in acks.values(), internal)
-
+    # -- send side (the rest is SendSide's) --------------------------------------------
     def complete(self, pa: PartitionAcks, error: BaseException | None, lock_deadline: float | None = None) -> None:
         """The broker answered for ``pa``; confirmed renewals come back for the next poll."""
         if pa.done:
@@ -322,14 +296,6 @@ class RangeTracker:
             p.renewed.sort(key=lambda r: r.first)
         self._maybe_forget(pa.tp, p)
 
-    def complete_merged(self, pa: PartitionAcks) -> None:
-        if pa.done:
-            return
-        pa.done = True
-        p = self._parts.get(pa.tp)
-        if p is not None:
-            p.in_flight -= 1
-
     def add_pending(self, tp: TopicPartition, offsets: Iterable[int], kind: int) -> None:
         """Acknowledge acquired offsets the application never saw (RELEASE of a revoked partition's)."""
         p = self._part(tp)
@@ -338,17 +304,6 @@ class RangeTracker:
         p.internal.update(offsets)
         if offsets and max(offsets) > p.high:
             p.high = max(offsets)
-
-    def requeue(self, pa: PartitionAcks) -> None:
-        if pa.done:
-            return
-        pa.done = True
-        p = self._part(pa.tp)
-        p.in_flight -= 1
-        p.owed.difference_update(pa.acks)
-        for o, t in pa.acks.items():
-            p.pending.setdefault(o, t)
-        p.internal |= pa.internal
 
     # -- assignment changes ------------------------------------------------------------
     def release_buffered(self, tp: TopicPartition) -> int:
@@ -374,23 +329,5 @@ class RangeTracker:
                 self._maybe_forget(tp, p)
         return n
 
-    def holds(self, tp: TopicPartition) -> bool:
-        p = self._parts.get(tp)
-        return p is not None and not p.empty()
-
-    def partitions(self) -> Iterator[TopicPartition]:
-        return iter(list(self._parts))
-
     def renewing(self) -> int:
         return sum(r.size for p in self._parts.values() for r in p.renewing)
-
-    # -- internals ---------------------------------------------------------------------
-    def _part(self, tp: TopicPartition) -> _Part:
-        p = self._parts.get(tp)
-        if p is None:
-            p = self._parts[tp] = _Part()
-        return p
-
-    def _maybe_forget(self, tp: TopicPartition, p: _Part) -> None:
-        if p.empty():
-            del self._parts[tp]
