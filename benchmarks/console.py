@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import multiprocessing as mp
 import statistics
@@ -186,8 +187,10 @@ def render_over_http(repeat: int, tmp: str) -> None:
 
 
 # -- overhead -------------------------------------------------------------------------------------
-def _poll_loop(port: int, path: Any, active: Any, stop: Any, count: Any) -> None:
-    """The poller process: while active, the page and its JSON once a second each."""
+def _poll_loop(port: int, path: Any, active: Any, stop: Any, count: Any, every: float) -> None:
+    """The poller process: while active, the page and its JSON once every ``every`` seconds, on one
+    kept-alive connection (as a browser does)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     while not stop.is_set():
         if not active.wait(0.05):
             continue
@@ -195,21 +198,25 @@ def _poll_loop(port: int, path: Any, active: Any, stop: Any, count: Any) -> None
         t0 = time.monotonic()
         for url in (f"/console/share-groups/{gid}", f"/console/api/share-groups/{gid}"):
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}{url}", timeout=10) as r:
+                conn.request("GET", url)
+                with conn.getresponse() as r:
                     r.read()
                 count.value += 1
-            except OSError:
-                pass  # the group is not there yet (404) early in a measurement
-        stop.wait(max(0.0, 1.0 - (time.monotonic() - t0)))
+            except (OSError, http.client.HTTPException):
+                conn.close()  # a reset: open a new connection
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        stop.wait(max(0.0, every - (time.monotonic() - t0)))
 
 
 class Poller:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, every: float = 1.0) -> None:
         ctx = mp.get_context("spawn")
         self.path = ctx.Array("c", 256)
         self.active, self.stopping, self.count = ctx.Event(), ctx.Event(), ctx.Value("i", 0)
         self.proc = ctx.Process(
-            target=_poll_loop, args=(port, self.path, self.active, self.stopping, self.count), daemon=True
+            target=_poll_loop,
+            args=(port, self.path, self.active, self.stopping, self.count, every),
+            daemon=True,
         )
         self.proc.start()
 
@@ -308,13 +315,172 @@ def overhead(rounds: int, n: int, tmp: str) -> None:
         )
 
 
+# -- saturated loop ---------------------------------------------------------------------------------
+def _fetch_load(port: int, topic: str, offsets: list[int], answered: Any, stop: Any) -> None:
+    """The load process: ``LOAD_CONNECTIONS`` connections, each keeping ``LOAD_IN_FLIGHT`` small
+    Fetch requests (v12, 16 KiB, offsets cycling over the topic) unanswered. Pre-built frames and a
+    bare uvloop protocol that only splits answers by their length: the client does a fraction of
+    the broker's work per request, so the broker's event loop, not the client, sets the rate."""
+    import struct
+
+    import uvloop
+
+    from shoal.protocol.api import api_by_name
+    from shoal.protocol.frames import encode_request
+    from tests.support.brokers import fetch_request
+
+    key = api_by_name("Fetch").key
+    frames = [
+        b"".join(encode_request(key, 12, 1, "load", fetch_request(topic, 0, o, max_bytes=16 * 1024))) for o in offsets
+    ]
+    size_of = struct.Struct(">i").unpack_from
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+
+        class Load(asyncio.Protocol):
+            def __init__(self) -> None:
+                self.buf = bytearray()
+                self.next = 0
+
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                self.transport = transport
+                for _ in range(LOAD_IN_FLIGHT):
+                    self.send()
+
+            def send(self) -> None:
+                self.transport.write(frames[self.next])  # type: ignore[attr-defined]
+                self.next = (self.next + 1) % len(frames)
+
+            def data_received(self, data: bytes) -> None:
+                buf = self.buf
+                buf += data
+                pos, n = 0, 0
+                while len(buf) - pos >= 4:
+                    (size,) = size_of(buf, pos)
+                    if len(buf) - pos - 4 < size:
+                        break
+                    pos += 4 + size
+                    n += 1
+                del buf[:pos]
+                answered.value += n
+                for _ in range(n):
+                    self.send()
+
+        for _ in range(LOAD_CONNECTIONS):
+            await loop.create_connection(Load, "127.0.0.1", port)
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+
+    uvloop.run(run())
+
+
+LOAD_CONNECTIONS = 4
+LOAD_IN_FLIGHT = 8
+
+
+def _thread_runnable(pid: int, tid: int) -> float:
+    """Seconds a thread was on a CPU or waiting in the run queue for one: its busy time, even when
+    other processes on the machine hold the cores."""
+    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+        on_cpu, waiting = f.read().split()[:2]
+    return (int(on_cpu) + int(waiting)) / 1e9
+
+
+def saturated(pairs: int, window: float, every: float, tmp: str) -> None:
+    """The broker's event loop kept busy by small Fetch requests without end; windows with the
+    console polling and without alternate (order swapped every pair). Per window: Fetch answers
+    per second, and the broker's CPU per 1,000 answers."""
+    b = BrokerProcess(Path(tmp) / f"saturated-{every:g}", OVERRIDES).start()
+    ctx = mp.get_context("spawn")
+    answered, stop = ctx.RawValue("q", 0), ctx.Event()
+    load = None
+    poller = Poller(b.http_port, every)
+    try:
+        assert b.proc is not None
+        pid = b.proc.pid
+        n = 20_000
+        create_topic(b.port, "sat", 1)
+        produce(b.bootstrap, "sat", 1, n, 64 * 1024)
+        hwms = high_watermarks(b.port, "sat", 1)
+        share_run(b, "sat", 1, 4, "sat-group", hwms)  # a group with members' history to draw
+        offsets = list(range(0, n, 97))
+        load = ctx.Process(target=_fetch_load, args=(b.port, "sat", offsets, answered, stop), daemon=True)
+        load.start()
+        time.sleep(3.0)  # warm-up: connections made, the page cache and the loop settled
+        poller.path.value = b"sat-group"
+        rate: dict[str, list[float]] = {"on": [], "off": []}
+        cpu_k: dict[str, list[float]] = {"on": [], "off": []}
+        loop_busy: list[float] = []
+        polls0 = poller.count.value
+        for r in range(pairs):
+            for mode in ("on", "off") if r % 2 == 0 else ("off", "on"):
+                if mode == "on":
+                    poller.watch("sat-group")
+                time.sleep(0.2)  # the switch settles
+                a0, c0, m0, t0 = (
+                    answered.value,
+                    threads_cpu_seconds(pid),
+                    _thread_runnable(pid, pid),
+                    time.perf_counter(),
+                )
+                time.sleep(window)
+                a1, c1, m1, t1 = (
+                    answered.value,
+                    threads_cpu_seconds(pid),
+                    _thread_runnable(pid, pid),
+                    time.perf_counter(),
+                )
+                poller.pause()
+                rate[mode].append((a1 - a0) / (t1 - t0))
+                cpu_k[mode].append((c1 - c0) * 1e6 / max(1, a1 - a0))
+                if mode == "off":
+                    loop_busy.append((m1 - m0) / (t1 - t0))
+        polls = (poller.count.value - polls0) // 2
+    finally:
+        stop.set()
+        if load is not None:
+            load.join(10)
+        poller.stop()
+        b.stop()
+    print(
+        f"  console every {every:g} s ({1 / every:g} polls/s, page + JSON each): {pairs} pairs of {window:g} s windows; "
+        f"{polls} polls answered; broker event-loop thread runnable (on a CPU or queued for one) {statistics.median(loop_busy):.0%} of the time without the console"
+    )
+    for name, by, higher in (("Fetch answers/s", rate, True), ("broker CPU us / 1000 answers", cpu_k, False)):
+        ratios = [a / o for a, o in zip(by["on"], by["off"]) if o]
+        mid, lo, hi = median_interval(ratios)
+        cost, c_lo, c_hi = (1 - mid, 1 - hi, 1 - lo) if higher else (mid - 1, lo - 1, hi - 1)
+        verdict = "shown" if c_hi <= GOAL else "refuted" if c_lo > GOAL else "not resolved"
+        print(
+            f"    {name:<30} on {statistics.median(by['on']):10,.0f}  off {statistics.median(by['off']):10,.0f}  "
+            f"on/off {mid:.4f} ({lo:.4f} .. {hi:.4f})  cost {cost:+.2%} ({c_lo:+.2%} .. {c_hi:+.2%})  {verdict} (goal <= 2 %)"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer rounds and records (a smoke run)")
     ap.add_argument("--rounds", type=int, default=0, help="overhead rounds (default 10, 2 with --quick)")
     ap.add_argument("--records", type=int, default=0, help="records per overhead measurement (default 50k)")
     ap.add_argument("--skip-overhead", action="store_true")
+    ap.add_argument(
+        "--saturated",
+        action="store_true",
+        help="only the saturated-loop A/B: endless small Fetches, console windows on/off, at one poll a second "
+        "and at --amplify polls a second (the check that the method sees a cost when there is one)",
+    )
+    ap.add_argument("--pairs", type=int, default=30, help="window pairs of the saturated A/B (default 30)")
+    ap.add_argument("--window", type=float, default=3.0, help="seconds per window of the saturated A/B")
+    ap.add_argument("--amplify", type=float, default=20.0, help="polls a second of the sensitivity check (0: none)")
     args = ap.parse_args()
+    if args.saturated:
+        print("saturated event loop: Fetch answers/s with the console polling vs not, windows alternating")
+        with tempfile.TemporaryDirectory(prefix="shoal-bench-console-") as tmp:
+            saturated(args.pairs, args.window, 1.0, tmp)
+            if args.amplify > 0:
+                saturated(args.pairs, args.window, 1.0 / args.amplify, tmp)
+        return
     render_in_process(5 if args.quick else 20)
     with tempfile.TemporaryDirectory(prefix="shoal-bench-console-") as tmp:
         render_over_http(5 if args.quick else 20, tmp)
