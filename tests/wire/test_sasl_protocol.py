@@ -5,6 +5,7 @@ malformed SCRAM messages, oversized frames, and the SCRAM credential admin APIs'
 from __future__ import annotations
 
 import os
+import socket
 import struct
 import time
 
@@ -254,6 +255,26 @@ def test_malformed_client_final(broker, how) -> None:
         r = _authenticate(c, final)
         assert r.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
         assert _closed(c)
+
+
+def test_a_failed_login_is_answered_before_the_close_and_closes_when_the_client_does(broker) -> None:
+    """The error is not followed at once by the FIN: kafka-python drops an answer it reads together
+    with EOF and reports a bare disconnect. The broker closes when the client closes its side."""
+    with _sasl(broker) as c:
+        assert c.call("SaslHandshake", 1, mechanism="SCRAM-SHA-256").error_code == 0
+        client = ScramClient(MECHANISMS["SCRAM-SHA-256"], "bob", "bob-pw")
+        final = client.final(bytes(_authenticate(c, client.first()).auth_bytes))
+        head, _, proof = final.rpartition(b",p=")
+        assert (
+            _authenticate(c, head + b",p=" + bytes(reversed(proof))).error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        )
+        c.sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            c.sock.recv(1)  # neither more bytes nor EOF yet
+        c.sock.shutdown(socket.SHUT_WR)
+        t0 = time.monotonic()
+        assert _closed(c)
+        assert time.monotonic() - t0 < 0.9  # at the client's close, not at the linger's end (1 s)
 
 
 def test_sasl_apis_on_a_plaintext_listener(broker) -> None:

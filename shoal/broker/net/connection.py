@@ -55,6 +55,13 @@ _API_VERSIONS = api_by_name("ApiVersions").key
 _SASL_AUTHENTICATE = api_by_name("SaslAuthenticate").key
 
 _STAGING = 256 * 1024
+# A connection closed after a bad frame or a failed SASL exchange sends its answers and a FIN, then
+# reads and drops what the client still sends until the client closes, for at most this long.
+# Closing with unread bytes in the socket would make the kernel reset the connection, and a reset
+# can destroy answers the client has not read yet (a failed login's error: the client then sees
+# a bare disconnect and retries instead of reporting the authentication failure).
+_LINGER_S = 1.0
+_DISCARD = memoryview(bytearray(64 * 1024))  # where a lingering connection's input goes
 # Staging pages touched past this are handed back to the kernel once staging is empty again.
 _STAGING_KEEP = 16 * 1024
 
@@ -112,6 +119,7 @@ class Connection(asyncio.BufferedProtocol):
         self._wait_memory = False  # a frame's buffer did not fit the bound: reading stops until it does
         self._slots: deque[_Slot] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._fin_last = False  # a doomed connection sends its FIN only when it closes (see close_after_answers)
         self._write_scheduled = False
         self._reading_paused = False
         self._draining = False
@@ -179,6 +187,8 @@ class Connection(asyncio.BufferedProtocol):
         self.broker.connection_closed(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self._doomed is not None:
+            return _DISCARD  # nothing after a bad frame is read (see _close_doomed)
         if self._big is not None:
             return self._framer.window(self._big)
         if self._expect and not self._staged:
@@ -508,13 +518,32 @@ class Connection(asyncio.BufferedProtocol):
 
     def close_after_answers(self, reason: str) -> None:
         """Read nothing more; close once the requests taken so far are answered (a failed SASL
-        exchange: its answer may still be on its way)."""
+        exchange: its answer may still be on its way). The FIN waits until the client closes or
+        _LINGER_S passes: a client that reads the answer and the FIN in one go may report the
+        disconnect instead of the error (kafka-python drops data read together with EOF), so
+        the error is given time to be read on its own."""
+        self._fin_last = True
         self._reject(reason)
 
     def _close_doomed(self) -> None:
         self._closed = True
-        if self.transport is not None:
-            self.transport.close()
+        transport = self.transport
+        if transport is None:
+            return
+        if not transport.can_write_eof():  # TLS: no half-close
+            transport.close()
+            return
+        # A lingering close: the answers, then FIN (at once, or when the client closes or _LINGER_S
+        # passes: close_after_answers); input is read and dropped (buffer_updated) meanwhile.
+        if not self._fin_last:
+            transport.write_eof()
+        if self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()
+        if self._loop is not None:
+            self._loop.call_later(_LINGER_S, transport.close)
+        else:
+            transport.close()
 
     def abort(self, reason: str) -> None:
         if self._closed:
