@@ -9,10 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -22,7 +19,8 @@ import pytest
 from shoal.client import AsyncAdmin, AsyncConsumer, AsyncProducer, AsyncShareConsumer
 from shoal.client.cli.shapes import SHAPES, validate
 from shoal.client.core.errors import SaslAuthenticationError
-from tests.support.brokers import ROOT, BrokerProcess, RawClient
+from tests.support.brokers import BrokerProcess, RawClient
+from tests.support.cli import run_cli
 from tests.support.python_clients import aiokafka_round_trip, kafka_python_round_trip
 from tests.support.share_clients import FAST
 from tests.support.wire import create, group_config
@@ -359,10 +357,7 @@ def test_bundled_client_wrong_password(broker) -> None:
 
 
 def _cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
-    argv = [sys.executable, "-m", "shoal.client.cli.main", *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run(argv, input=stdin, capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
-    return p.returncode, p.stdout, p.stderr
+    return run_cli(*args, stdin=stdin)  # main(argv) in this process: no interpreter start-up per verb
 
 
 @pytest.mark.parametrize("mech", MECHS)
