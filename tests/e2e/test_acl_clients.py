@@ -27,6 +27,7 @@ from shoal.protocol.constants import AclResourceType as Rt
 from shoal.protocol.errors import ErrorCode
 from shoal.testing import EmbeddedBroker
 from tests.support.brokers import RawClient
+from tests.support.cli import run_cli
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ME = "User:ANONYMOUS"
@@ -180,8 +181,9 @@ def test_async_admin_and_the_cli(tmp_path) -> None:
         asyncio.run(admin_calls())
 
         def shoal(*args: str) -> subprocess.CompletedProcess:
-            cmd = [sys.executable, "-m", "shoal.client.cli", "acls", *args, "--bootstrap-server", bs]
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            # main(argv) in this process; the next test runs ``python -m shoal.client.cli`` for real
+            rc, out, err = run_cli("acls", *args, "--bootstrap-server", bs)
+            return subprocess.CompletedProcess(args, rc, out, err)
 
         r = shoal("add", "--allow-principal", "User:alice", "--operation", "Read", "--operation", "Describe",
                   "--topic", "orders")  # fmt: skip

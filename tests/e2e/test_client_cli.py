@@ -1,6 +1,8 @@
-"""``shoal`` run as a subprocess (``python -m client.cli``) against a real broker:
-stdout content and exit codes 0 / 1 / 2, judged by confluent-kafka and raw
-protocol requests; plus the command line's pure helpers on their own.
+"""``shoal`` against a real broker: stdout content and exit codes 0 / 1 / 2, judged by
+confluent-kafka and raw protocol requests; plus the command line's pure helpers on their own.
+The verbs run ``main(argv)`` in this process (``tests.support.cli``: no interpreter start-up per
+verb); the exit-code contract is also checked on a real process (``python -m
+shoal.client.cli.main``), and the console script in ``test_wheel.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from shoal.client.cli.support import (
 from shoal.client.core.cluster import TopicPartition
 from shoal.protocol.api import api_by_name
 from tests.support.brokers import ROOT, BrokerProcess, InProcessBroker, RawClient
+from tests.support.cli import run_cli
 from tests.support.wire import raw_share_offsets
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -49,7 +52,14 @@ def broker(tmp_path_factory):
 
 
 def shoal(*args: str, b: BrokerProcess | None = None, stdin: str | None = None, timeout: float = 60):
-    """Run the CLI; returns (exit code, stdout, stderr)."""
+    """Run the CLI's ``main(argv)`` in this process; returns (exit code, stdout, stderr)."""
+    if b is not None:
+        args = (*args, "--bootstrap-server", b.bootstrap)
+    return run_cli(*args, stdin=stdin, timeout=timeout)
+
+
+def shoal_process(*args: str, b: BrokerProcess | None = None, stdin: str | None = None, timeout: float = 60):
+    """Run the CLI as a process (``python -m shoal.client.cli.main``): the exit code is the process's."""
     argv = [sys.executable, "-m", "shoal.client.cli.main", *args]
     if b is not None:
         argv += ["--bootstrap-server", b.bootstrap]
@@ -154,27 +164,29 @@ def test_tables_and_progress_lines() -> None:
 
 
 def test_usage_and_config_errors_exit_2(tmp_path) -> None:
-    rc, out, err = shoal("topics", "bogus")
+    rc, out, err = shoal_process("topics", "bogus")
     assert rc == 2 and "invalid choice" in err and out == ""
-    rc, _, err = shoal("topics", "create", "t", "--property", "no.such.setting=1")
+    rc, _, err = shoal_process("topics", "create", "t", "--property", "no.such.setting=1")
     assert rc == 2 and "no.such.setting" in err
-    rc, _, err = shoal("topics", "create", "t", "--property", "request.timeout.ms=soon")
+    rc, _, err = shoal_process("topics", "create", "t", "--property", "request.timeout.ms=soon")
     assert rc == 2 and "request.timeout.ms" in err
-    rc, _, err = shoal("topics", "create", "t", "--command-config", str(tmp_path / "missing.properties"))
+    rc, _, err = shoal_process("topics", "create", "t", "--command-config", str(tmp_path / "missing.properties"))
     assert rc == 2 and "missing.properties" in err
-    rc, _, err = shoal("topics", "create", "t", "--config", "noequals", "--bootstrap-server", "127.0.0.1:1")
+    rc, _, err = shoal_process("topics", "create", "t", "--config", "noequals", "--bootstrap-server", "127.0.0.1:1")
     assert rc == 2 and "--config" in err
-    rc, _, err = shoal("share-groups", "reset-offsets", "--group", "g", "--topic", "t", "--bootstrap-server", "x:1")
+    rc, _, err = shoal_process(
+        "share-groups", "reset-offsets", "--group", "g", "--topic", "t", "--bootstrap-server", "x:1"
+    )
     assert rc == 2 and "--to-earliest" in err
-    rc, out, _ = shoal("--help")
+    rc, out, _ = shoal_process("--help")
     assert rc == 0 and "exit codes" in out and "2  usage" in out
     # A typo in a verb's option shows that verb's usage, not the top-level one.
-    rc, _, err = shoal("topics", "create", "t", "--partitons", "3")
+    rc, _, err = shoal_process("topics", "create", "t", "--partitons", "3")
     assert rc == 2 and "usage: shoal topics create" in err and "--partitons" in err
 
 
 def test_unreachable_broker_exits_1_with_one_line() -> None:
-    rc, out, err = shoal(
+    rc, out, err = shoal_process(
         "topics", "list", "--bootstrap-server", "127.0.0.1:1", "--property", "default.api.timeout.ms=2000"
     )
     assert rc == 1 and out == ""

@@ -23,6 +23,7 @@ from shoal.client.cli.main import _VALUED, build_parser
 from shoal.client.cli.shapes import SHAPES, validate
 from shoal.client.cli.support import UsageError, kafka_actions, split_config_list
 from tests.support.brokers import ROOT, InProcessBroker
+from tests.support.cli import run_cli
 from tests.support.wire import raw_share_offsets
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -46,8 +47,14 @@ def broker(tmp_path_factory):
     b.stop()
 
 
-def run(*args: str, stdin=None, stderr_tty: bool = False, timeout: float = 90) -> tuple[int, str, str]:
-    """The CLI as a subprocess: (exit code, stdout, stderr); stderr on a pty when ``stderr_tty``."""
+def run(
+    *args: str, stdin=None, stderr_tty: bool = False, process: bool = False, timeout: float = 90
+) -> tuple[int, str, str]:
+    """The CLI: (exit code, stdout, stderr). ``main(argv)`` in this process (``tests.support.cli``)
+    unless the process is the point (``process``: real pipes; ``stderr_tty``: stderr on a pty;
+    stdin an open file, whose size gives the bar its total): then a subprocess."""
+    if not (process or stderr_tty) and (stdin is None or isinstance(stdin, str)):
+        return run_cli(*args, stdin=stdin, timeout=timeout)
     argv = [sys.executable, "-m", "shoal.client.cli.main", *args]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", "TERM": "xterm"}
     if isinstance(stdin, str):
@@ -332,7 +339,7 @@ def test_progress_only_on_a_terminal(broker, topic_name, tmp_path) -> None:
     with open(data, "rb") as f:
         rc, out, err = run("produce", "--topic", topic_name, *bs, stdin=f)
     assert rc == 0 and out == "" and err == "Processed a total of 2000 messages\n"
-    rc, out, err = run("consume", topic_name, "--from-beginning", "--max-messages", "1500", *bs)
+    rc, out, err = run("consume", topic_name, "--from-beginning", "--max-messages", "1500", *bs, process=True)
     assert rc == 0 and out.splitlines() == [f"line-{i}" for i in range(1500)]
     assert err == "Processed a total of 1500 messages\n"
     # stderr a terminal: a bar (escape codes, the verb's description), and stdout just as clean.

@@ -27,6 +27,7 @@ async def test_consumers_resume_after_a_restart_and_accepted_records_stay_accept
     confirmed: dict[int, float] = {}  # offset -> when the broker confirmed its ACCEPT
     deliveries: list[tuple[int, float, int]] = []  # (offset, when, delivery count)
     stop = asyncio.Event()
+    back = asyncio.Event()  # the broker is up again: the application need not be slow any more
 
     def on_commit(offsets, exc) -> None:
         now = time.monotonic()
@@ -58,7 +59,7 @@ async def test_consumers_resume_after_a_restart_and_accepted_records_stay_accept
             for r in got:
                 deliveries.append((r.offset, now, r.delivery_count))
                 sc.acknowledge(r, AcknowledgeType.ACCEPT)
-            if got:
+            if got and not back.is_set():
                 await asyncio.sleep(0.1)  # a slow application (~400 records/s): the restart lands mid-run
 
     for sc in consumers:
@@ -76,6 +77,7 @@ async def test_consumers_resume_after_a_restart_and_accepted_records_stay_accept
         await asyncio.to_thread(b.stop if how == "stop" else b.kill)
         restarted_at = time.monotonic()
         await asyncio.to_thread(b.start)
+        back.set()
         deadline = time.monotonic() + 45
         while acknowledged_up_to(b.port, group) != [(n, 0)] and time.monotonic() < deadline:
             await asyncio.sleep(0.2)

@@ -69,9 +69,17 @@ def dead_letters(bootstrap: str, topic: str, want: int, timeout: float = 15.0) -
         {"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}-{time.monotonic()}",
          "auto.offset.reset": "earliest", "log_level": 0}
     )  # fmt: skip
-    reader.subscribe([topic])
-    got: list = []
+    # Assigned, not subscribed: a new classic group's join waits group.initial.rebalance.delay.ms
+    # (3 s). The topic may not exist yet (the broker creates it with the first copy): wait for it.
     deadline = time.monotonic() + timeout
+    partitions: dict = {}
+    while not partitions and time.monotonic() < deadline:
+        found = reader.list_topics(topic, timeout=10).topics.get(topic)
+        partitions = found.partitions if found is not None and found.error is None else {}
+        if not partitions:
+            time.sleep(0.1)
+    reader.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in partitions])
+    got: list = []
     try:
         while len(got) < want and time.monotonic() < deadline:
             m = reader.poll(0.2)

@@ -13,12 +13,9 @@ skips the SASL handshake, are both closed.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import ssl
 import struct
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -30,7 +27,8 @@ from shoal.client.core.errors import SaslAuthenticationError
 from shoal.protocol import messages
 from shoal.testing import EmbeddedBroker
 from tests.support.auth_wire import connect, scram_upserts, tls_context
-from tests.support.brokers import ROOT, RawClient
+from tests.support.brokers import RawClient
+from tests.support.cli import run_cli
 from tests.support.python_clients import aiokafka_round_trip, kafka_python_round_trip
 from tests.support.tls import TlsFiles, make_tls_files, principals
 from tests.support.wire import create, group_config
@@ -263,10 +261,7 @@ def test_bundled_client_wrong_password(files, broker) -> None:
 
 
 def _cli(*args: str) -> tuple[int, str, str]:
-    argv = [sys.executable, "-m", "shoal.client.cli.main", *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
-    return p.returncode, p.stdout, p.stderr
+    return run_cli(*args)  # main(argv) in this process: no interpreter start-up per verb
 
 
 def test_cli_over_sasl_ssl(files, broker, tmp_path) -> None:

@@ -13,9 +13,6 @@ share-groups reset-offsets`` seed a new group the same way.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -24,7 +21,8 @@ from shoal.client import AsyncAdmin
 from shoal.client.core.cluster import TopicPartition
 from shoal.protocol.api import api_by_name
 from shoal.protocol.errors import ErrorCode
-from tests.support.brokers import ROOT, BrokerProcess, InProcessBroker, RawClient
+from tests.support.brokers import BrokerProcess, InProcessBroker, RawClient
+from tests.support.cli import run_cli
 from tests.support.wire import create
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -195,11 +193,10 @@ def test_seed_survives_a_crash_and_the_clients_seed_new_groups(broker_factory, t
 
     assert asyncio.run(seed()) == {TopicPartition(topic_name, 0): None}
     # shoal share-groups reset-offsets on a group that does not exist yet.
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "shoal.client.cli.main", "share-groups", "reset-offsets", "--group", cli_group]
+    argv = ["share-groups", "reset-offsets", "--group", cli_group]
     argv += ["--topic", topic_name, "--to-offset", "9", "--execute", "--bootstrap-server", b.bootstrap]
-    p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
-    assert p.returncode == 0, p.stderr
+    rc, _, err = run_cli(*argv)
+    assert rc == 0, err
     with RawClient(b.port) as c:
         assert starts(c, admin_group) == {(topic_name, 0): 8}
         assert starts(c, cli_group) == {(topic_name, 0): 9}

@@ -37,17 +37,25 @@ def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> Non
         f.result(15)
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, idle_s: float = 2.0) -> dict[int, list]:
+def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> dict[int, list]:
+    """Every record of each partition: (offset, value), read up to the end offsets the broker
+    gives now (a consumer sees nothing past them). Reading until two idle seconds passed cost
+    two seconds a call; a log that cannot be read to its end within `timeout` returns short."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "d", "enable.auto.commit": False, **QUIET})
+    ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout)[1] for p in range(partitions)}
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got: dict[int, list] = {p: [] for p in range(partitions)}
-    last = time.monotonic()
-    while time.monotonic() - last < idle_s:
+    deadline = time.monotonic() + timeout
+
+    def behind() -> bool:  # positions pass control records too, which poll() never returns
+        at = c.position([TopicPartition(topic, p) for p in range(partitions)])
+        return any(max(tp.offset, 0) < ends[tp.partition] for tp in at)
+
+    while behind() and time.monotonic() < deadline:
         m = c.poll(0.2)
         if m is None or m.error():
             continue
         got[m.partition()].append((m.offset(), m.value()))
-        last = time.monotonic()
     c.close()
     return got
 
