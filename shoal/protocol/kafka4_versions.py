@@ -35,6 +35,7 @@ KAFKA4_MIN_VERSIONS: Final[dict[int, int]] = {
     18: 0,  # ApiVersions
     19: 2,  # CreateTopics
     20: 1,  # DeleteTopics
+    21: 0,  # DeleteRecords
     22: 0,  # InitProducerId
     29: 1,  # DescribeAcls
     30: 1,  # CreateAcls

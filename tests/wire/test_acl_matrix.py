@@ -189,6 +189,12 @@ def delete_topics(c, ctx):
     return c.call("DeleteTopics", 4, topic_names=[ctx.topic], timeout_ms=5000).responses[0].error_code
 
 
+def delete_records(c, ctx):
+    DR = req("DeleteRecords")
+    t = DR.DeleteRecordsTopic(name=ctx.topic, partitions=[DR.DeleteRecordsPartition(partition_index=0, offset=-1)])
+    return c.call("DeleteRecords", 2, topics=[t], timeout_ms=5000).topics[0].partitions[0].error_code
+
+
 def create_partitions(c, ctx):
     CP = req("CreatePartitions")
     t = CP.CreatePartitionsTopic(name=ctx.topic, count=2, assignments=None)
@@ -414,6 +420,15 @@ CASES = [
     ),
     Case("admin", alter_topic_configs, (((), E.TOPIC_AUTHORIZATION_FAILED), (((T, "topic", Op.ALTER_CONFIGS),), 0))),
     Case("admin", delete_topics, (((), E.TOPIC_AUTHORIZATION_FAILED), (((T, "topic", Op.DELETE),), 0))),
+    Case(
+        "admin",
+        delete_records,
+        (
+            ((), E.TOPIC_AUTHORIZATION_FAILED),
+            (((T, "topic", Op.WRITE),), E.TOPIC_AUTHORIZATION_FAILED),  # DELETE, not WRITE
+            (((T, "topic", Op.DELETE),), 0),
+        ),
+    ),
     Case("groups", find_coordinator, (((), E.GROUP_AUTHORIZATION_FAILED), (((G, "group", Op.DESCRIBE),), 0))),
     Case("groups", join_group, (((), E.GROUP_AUTHORIZATION_FAILED), (((G, "group", Op.READ),), E.MEMBER_ID_REQUIRED))),
     Case("groups", heartbeat, (((), E.GROUP_AUTHORIZATION_FAILED), (((G, "group", Op.READ),), E.UNKNOWN_MEMBER_ID))),

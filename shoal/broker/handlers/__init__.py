@@ -73,6 +73,7 @@ def handler_table(consumer_groups: bool = True, legacy: bool = True) -> HandlerT
         acls,
         admin,
         api_versions,
+        delete_records,
         fetch,
         groups,
         list_offsets,
@@ -91,6 +92,7 @@ def handler_table(consumer_groups: bool = True, legacy: bool = True) -> HandlerT
     api_versions.register(t)
     metadata.register(t)
     admin.register(t)
+    delete_records.register(t)
     produce.register(t)
     fetch.register(t)
     list_offsets.register(t)
