@@ -554,9 +554,10 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.abort()
 
     def close(self) -> None:
-        if self.transport is not None and not self._closed:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():  # a lingering one too (_close_doomed)
             self._closed = True
-            self.transport.close()
+            transport.close()
 
 
 def _summary(body: Any) -> str:
