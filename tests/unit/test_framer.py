@@ -279,6 +279,7 @@ class _Transport:
         self.closed = False
         self.aborted = False
         self.paused = False
+        self.eof = False
 
     def get_extra_info(self, _key: str) -> Any:
         return ("127.0.0.1", 1)
@@ -297,6 +298,12 @@ class _Transport:
 
     def resume_reading(self) -> None:
         self.paused = False
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
 
     def abort(self) -> None:
         self.aborted = True
@@ -397,7 +404,7 @@ def test_broker_answers_what_came_before_a_bad_size_then_closes(step: int, bad: 
     conn, transport, server = _connection(max_frame=100 * 1024)
     _feed(conn, _api_versions(1) + _api_versions(2) + struct.pack(">i", bad) + b"x" * 100, step)
     assert transport.answered() == [1, 2]
-    assert transport.closed and not transport.aborted  # closed after the answers, not aborted
+    assert transport.eof and transport.closed and not transport.aborted  # FIN after the answers, not aborted
     assert server.request_memory.used == 0 and len(server.frame_pool) == 0  # nothing taken for it
 
 

@@ -61,7 +61,7 @@ _STAGING = 256 * 1024
 # can destroy answers the client has not read yet (a failed login's error: the client then sees
 # a bare disconnect and retries instead of reporting the authentication failure).
 _LINGER_S = 1.0
-_DISCARD = memoryview(bytearray(64 * 1024))  # where a lingering connection's input goes
+_DISCARD = bytearray(64 * 1024)  # where a lingering connection's input goes
 # Staging pages touched past this are handed back to the kernel once staging is empty again.
 _STAGING_KEEP = 16 * 1024
 
@@ -188,7 +188,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._doomed is not None:
-            return _DISCARD  # nothing after a bad frame is read (see _close_doomed)
+            return memoryview(_DISCARD)  # nothing after a bad frame is read (see _close_doomed)
         if self._big is not None:
             return self._framer.window(self._big)
         if self._expect and not self._staged:
