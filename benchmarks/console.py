@@ -61,6 +61,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -406,28 +408,41 @@ def _thread_runnable(pid: int, tid: int) -> float:
     return (int(on_cpu) + int(waiting)) / 1e9
 
 
-def saturated(pairs: int, window: float, every: float, tmp: str) -> None:
-    """The broker's event loop kept busy by small Fetch requests without end; windows with the
-    console polling and without alternate (order swapped every pair). Per window: Fetch answers
-    per second, and the broker's CPU per 1,000 answers."""
-    b = BrokerProcess(Path(tmp) / f"saturated-{every:g}", OVERRIDES).start()
+@contextmanager
+def _saturated_broker(tmp: str, name: str, every: float) -> Iterator[tuple[BrokerProcess, Poller, Any]]:
+    """A broker with 20,000 records and a share group to draw, its event loop kept busy by the
+    load process (warmed up 3 s), and a console poller (paused) at ``every`` seconds: (broker,
+    poller, the load's answered counter). Everything is stopped on exit."""
+    b = BrokerProcess(Path(tmp) / name, OVERRIDES).start()
     ctx = mp.get_context("spawn")
     answered, stop = ctx.RawValue("q", 0), ctx.Event()
     load = None
     poller = Poller(b.http_port, every)
     try:
-        assert b.proc is not None
-        pid = b.proc.pid
         n = 20_000
         create_topic(b.port, "sat", 1)
         produce(b.bootstrap, "sat", 1, n, 64 * 1024)
-        hwms = high_watermarks(b.port, "sat", 1)
-        share_run(b, "sat", 1, 4, "sat-group", hwms)  # a group with members' history to draw
-        offsets = list(range(0, n, 97))
-        load = ctx.Process(target=_fetch_load, args=(b.port, "sat", offsets, answered, stop), daemon=True)
+        share_run(b, "sat", 1, 4, "sat-group", high_watermarks(b.port, "sat", 1))  # members' history to draw
+        load = ctx.Process(target=_fetch_load, args=(b.port, "sat", list(range(0, n, 97)), answered, stop), daemon=True)
         load.start()
         time.sleep(3.0)  # warm-up: connections made, the page cache and the loop settled
         poller.path.value = b"sat-group"
+        yield b, poller, answered
+    finally:
+        stop.set()
+        if load is not None:
+            load.join(10)
+        poller.stop()
+        b.stop()
+
+
+def saturated(pairs: int, window: float, every: float, tmp: str) -> None:
+    """The broker's event loop kept busy by small Fetch requests without end; windows with the
+    console polling and without alternate (order swapped every pair). Per window: Fetch answers
+    per second, and the broker's CPU per 1,000 answers."""
+    with _saturated_broker(tmp, f"saturated-{every:g}", every) as (b, poller, answered):
+        assert b.proc is not None
+        pid = b.proc.pid
         rate: dict[str, list[float]] = {"on": [], "off": []}
         cpu_k: dict[str, list[float]] = {"on": [], "off": []}
         loop_busy: list[float] = []
@@ -456,12 +471,6 @@ def saturated(pairs: int, window: float, every: float, tmp: str) -> None:
                 if mode == "off":
                     loop_busy.append((m1 - m0) / (t1 - t0))
         polls = (poller.count.value - polls0) // 2
-    finally:
-        stop.set()
-        if load is not None:
-            load.join(10)
-        poller.stop()
-        b.stop()
     print(
         f"  console every {every:g} s ({1 / every:g} polls/s, page + JSON each): {pairs} pairs of {window:g} s windows; "
         f"{polls} polls answered; broker event-loop thread runnable (on a CPU or queued for one) {statistics.median(loop_busy):.0%} of the time without the console"
@@ -513,21 +522,9 @@ def saturated_share(seconds: float, every: float, tmp: str) -> None:
     samples are, not how fast the loop ran."""
     from py_spy_profile import start_profile, stop_profile
 
-    b = BrokerProcess(Path(tmp) / f"share-{every:g}", OVERRIDES).start()
-    ctx = mp.get_context("spawn")
-    answered, stop = ctx.RawValue("q", 0), ctx.Event()
-    load = None
-    poller = Poller(b.http_port, every)
     raw = str(Path(tmp) / f"console-{every:g}.raw")
-    try:
+    with _saturated_broker(tmp, f"share-{every:g}", every) as (b, poller, answered):
         assert b.proc is not None
-        n = 20_000
-        create_topic(b.port, "sat", 1)
-        produce(b.bootstrap, "sat", 1, n, 64 * 1024)
-        share_run(b, "sat", 1, 4, "sat-group", high_watermarks(b.port, "sat", 1))
-        load = ctx.Process(target=_fetch_load, args=(b.port, "sat", list(range(0, n, 97)), answered, stop), daemon=True)
-        load.start()
-        time.sleep(3.0)
         poller.watch("sat-group")
         polls0, a0 = poller.count.value, answered.value
         spy = start_profile(b.proc.pid, raw)
@@ -535,12 +532,6 @@ def saturated_share(seconds: float, every: float, tmp: str) -> None:
         stop_profile(spy)
         polls, answers = (poller.count.value - polls0) // 2, answered.value - a0
         poller.pause()
-    finally:
-        stop.set()
-        if load is not None:
-            load.join(10)
-        poller.stop()
-        b.stop()
     loop, console = _loop_share(raw)
     share = console / loop if loop else float("nan")
     print(
