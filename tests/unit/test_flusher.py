@@ -8,7 +8,7 @@ import os
 import pytest
 
 from shoal.broker.log.fileops import FileOps
-from shoal.broker.log.flusher import Flusher
+from shoal.broker.log.flusher import Flusher, Relay
 
 
 class FakeLog:
@@ -179,3 +179,44 @@ async def test_close_waits_for_running_rounds(tmp_path) -> None:
     release()
     await asyncio.wait_for(closing, 5)
     assert pending.done() and pending.exception() is None
+
+
+async def test_a_relay_is_told_in_the_rounds_own_turn(tmp_path) -> None:
+    """flush(into=Relay(cb)): cb gets None when durable, in the same loop turn as the round's
+    futures are resolved (a future's callback would come one turn later), and the error when
+    the log fails; a relay for bytes already durable is told at once."""
+    f = Flusher()
+    log = FakeLog(tmp_path / "a")
+    log.end = 10
+    told: list = []
+    fut = f.flush(log, 10)
+    relay = Relay(told.append)
+    assert f.flush(log, 10, into=relay) is relay
+    seen_with_future: list = []
+    fut.add_done_callback(lambda _f: seen_with_future.append(list(told)))
+    await asyncio.wait_for(fut, 5)
+    await asyncio.sleep(0)
+    assert told == [None] and seen_with_future == [[None]], "the relay was told before the future's callbacks ran"
+    assert relay.done()
+    now: list = []
+    f.flush(log, 10, into=Relay(now.append))
+    assert now == [None]  # durable already: told in the call
+    bad = FakeLog(tmp_path / "b", fail_target=True)
+    failed: list = []
+    f.flush(bad, 1, into=Relay(failed.append))
+    await _until(lambda: bool(failed))
+    assert isinstance(failed[0], RuntimeError)
+    await f.close()
+
+
+async def test_a_round_that_cannot_start_its_thread_fails_its_waiters(tmp_path) -> None:
+    """After close() the fsync threads are gone: a round started then fails, it never hangs."""
+    f = Flusher()
+    log = FakeLog(tmp_path / "a")
+    log.end = 1
+    await asyncio.wait_for(f.flush(log, 1), 5)
+    await f.close()
+    f._closed = False  # a round begun after the pool was shut down (a race at stop)
+    log.end = 2
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(f.flush(log, 2), 5)

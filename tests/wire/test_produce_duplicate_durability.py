@@ -31,13 +31,17 @@ class PartitionFlushGate:
         self.held: list[tuple[asyncio.Future, asyncio.Future]] = []
         self.flusher.flush = self._flush  # instance attribute: this broker only
 
-    def _flush(self, log_, offset: int) -> asyncio.Future:
-        real = self.real(log_, offset)
+    def _flush(self, log_, offset: int, into=None):
         if log_ is not self.log:
-            return real
+            return self.real(log_, offset, into)
+        real = self.real(log_, offset)
         gated = asyncio.get_running_loop().create_future()
         self.held.append((real, gated))
-        return gated
+        if into is None:
+            return gated
+        # a caller's own waiter (Flusher.flush(into=...)) is told when the gate opens
+        gated.add_done_callback(lambda f: into.set_exception(f.exception()) if f.exception() else into.set_result(None))
+        return into
 
     async def release(self) -> None:
         held, self.held = self.held, []

@@ -50,6 +50,7 @@ coordinators define their shards as sans-IO classes, on ``shard``'s terms.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -58,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 from shoal.broker.coordinator.shard import Record, Shard, partition_for
 from shoal.broker.coordinator.write_errors import write_failure
 from shoal.broker.errors import ErrorAnswer
+from shoal.broker.log.flusher import Relay
 from shoal.protocol.coordinator_records import CoordinatorRecord, RecordSerde
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
@@ -303,7 +305,8 @@ class CoordinatorRuntime:
             if not durable.done():
                 durable.set_result(None)
             return
-        _follow(durable, self.broker.flusher.flush(partition.log, end))
+        # straight into `durable` (no future between): each future is one more loop turn
+        self.broker.flusher.flush(partition.log, end, into=Relay(functools.partial(_settle, durable)))
 
     def barrier(self, p: int) -> asyncio.Future | None:
         """A future for "everything written to partition p so far is durable", or None if it is.
@@ -332,22 +335,3 @@ def _settle(fut: asyncio.Future, error: BaseException | None) -> None:
         fut.set_result(None)
     else:
         fut.set_exception(write_failure(error))
-
-
-def _follow(out: asyncio.Future, durable: asyncio.Future) -> None:
-    """Settle `out` as `durable` settles, with the coordinator client's error instead of the flusher's."""
-
-    def settle(f: asyncio.Future) -> None:
-        if out.done():
-            return
-        if f.cancelled():
-            out.cancel()
-        elif f.exception() is not None:
-            out.set_exception(write_failure(f.exception()))
-        else:
-            out.set_result(None)
-
-    if durable.done():
-        settle(durable)
-    else:
-        durable.add_done_callback(settle)

@@ -35,7 +35,7 @@ from shoal.broker.handlers.limits import id_error
 from shoal.broker.net.contract import RequestContext
 from shoal.broker.partition.partition import fetch_key
 from shoal.broker.share.ack_batches import ack_batches_problem
-from shoal.broker.share.partition_manager import Entry
+from shoal.broker.share.partition_manager import AckWrite, Entry
 from shoal.broker.share.session import ContextKind, SessionError
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol import messages
@@ -74,14 +74,22 @@ async def _apply_acks(
                 continue
         pending.append(((tid, index), batches))
 
-    async def one(key: PKey, batches: list) -> None:
+    # Every partition's change is made and its write queued first, then each is waited for:
+    # the writes run side by side with no task per partition (a task is a loop turn).
+    writes: list[tuple[PKey, AckWrite]] = []
+    for key, batches in pending:
         try:
-            entry = await mgr.get(gid, key[0], key[1])
-            out[key] = await mgr.acknowledge(entry, member, batches)
+            entry = mgr.ready(gid, key[0], key[1]) or await mgr.get(gid, key[0], key[1])
+            begun = mgr.begin_acknowledge(entry, member, batches)
         except ErrorAnswer as e:
             out[key] = (e.code, e.message)
-
-    await asyncio.gather(*(one(k, b) for k, b in pending))
+            continue
+        if isinstance(begun, tuple):
+            out[key] = begun
+        else:
+            writes.append((key, begun))
+    for key, write in writes:
+        out[key] = await write.outcome()
     return out
 
 
@@ -120,15 +128,31 @@ class ShareFetchOperation:
         self.acquired: dict[PKey, Any] = {}
 
     async def load(self, partitions: list[PKey]) -> None:
+        """The share partitions to acquire from, in request order; those not loaded yet are
+        loaded side by side (loaded ones cost no wait: see SharePartitionManager.ready)."""
         mgr = self.broker.share_partitions
+        got: dict[PKey, Entry] = {}
+        cold: list[PKey] = []
+        for key in partitions:
+            try:
+                entry = mgr.ready(self.gid, key[0], key[1])
+            except ErrorAnswer as e:
+                self.errors[key] = (e.code, e.message)
+                continue
+            if entry is None:
+                cold.append(key)
+            else:
+                got[key] = entry
 
         async def one(key: PKey) -> None:
             try:
-                self.entries[key] = await mgr.get(self.gid, key[0], key[1])
+                got[key] = await mgr.get(self.gid, key[0], key[1])
             except ErrorAnswer as e:
                 self.errors[key] = (e.code, e.message)
 
-        await asyncio.gather(*(one(k) for k in partitions))
+        if cold:
+            await asyncio.gather(*(one(k) for k in cold))
+        self.entries = {k: got[k] for k in partitions if k in got}
 
     def try_acquire(self) -> bool:
         """Acquire from every partition while records and bytes remain; True if anything was acquired.

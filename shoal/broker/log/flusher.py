@@ -31,6 +31,7 @@ import errno
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,7 +39,7 @@ from shoal.broker.log.fileops import FileOps
 from shoal.broker.log.segment import LogFailed
 from shoal.broker.metrics.counters import RequestTimes
 
-__all__ = ["Flushable", "Flusher"]
+__all__ = ["Flushable", "Flusher", "Relay"]
 
 log = logging.getLogger("shoal.flusher")
 
@@ -82,17 +83,21 @@ class Flusher:
         self._rounds: list[_Round] = []  # running, oldest first
         self._starting = False  # a round starts at the end of this loop turn
         self._idle: asyncio.Future | None = None  # close() waits on it
+        self._pool: ThreadPoolExecutor | None = None  # the fsync threads, started on first use
         self._closed = False
         # fsync time of each log flushed (all its descriptors), for kafka.log:LogFlushStats on /metrics
         self.flush_times = RequestTimes()
 
-    def flush(self, log_: Flushable, offset: int) -> asyncio.Future:
+    def flush(self, log_: Flushable, offset: int, into: Any = None) -> Any:
         """A future resolved once `log_` is durable up to `offset` (exclusive end).
 
         `offset` may lie past what is written yet (appends still on the writer
         thread): the wait for the fsync then starts when they are written.
+        `into`: resolve this instead (anything with ``done``, ``set_result`` and
+        ``set_exception``, such as ``Relay``), and return it: a caller that would
+        only pass the outcome on saves the loop turn a future's callback costs.
         """
-        fut = asyncio.get_running_loop().create_future()
+        fut = asyncio.get_running_loop().create_future() if into is None else into
         if self._closed:
             fut.set_exception(RuntimeError("flusher closed"))
             return fut
@@ -169,18 +174,38 @@ class Flusher:
             self._check_idle()
             return
         self._rounds.append(r)
-        done = asyncio.get_running_loop().run_in_executor(None, self._fsync_each, fds)
-        done.add_done_callback(lambda f: self._end(r, f))
+        loop = asyncio.get_running_loop()
 
-    def _end(self, r: _Round, done: asyncio.Future) -> None:
+        def work() -> None:  # on a worker thread: the round ends on the loop's next turn
+            try:
+                outcome: Any = self._fsync_each(fds)
+            except BaseException as e:  # noqa: BLE001 - handed to the loop, never lost
+                outcome = e
+            try:
+                loop.call_soon_threadsafe(self._end, r, outcome)
+            except RuntimeError:  # the loop is closed: nobody is left to answer
+                pass
+
+        try:
+            self._executor().submit(work)
+        except RuntimeError as e:  # the executor is shut down (the broker is stopping): fail, never hang
+            self._end(r, e)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        # Our own threads rather than run_in_executor's future: that one reaches the loop
+        # through a second callback, one more loop turn between the fsync and its waiters.
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.max_rounds, thread_name_prefix="shoal-fsync")
+        return self._pool
+
+    def _end(self, r: _Round, outcome: list[tuple[OSError | None, int]] | BaseException) -> None:
         self._rounds.remove(r)
         try:
-            try:
-                results = done.result()
-            except BaseException as e:  # noqa: BLE001 - the executor is gone (shutdown): fail, never hang
+            if isinstance(outcome, BaseException):
                 for waiters in r.waiters.values():
-                    _fail(waiters, e if isinstance(e, Exception) else RuntimeError("flusher stopped"))
+                    _fail(waiters, outcome if isinstance(outcome, Exception) else RuntimeError("flusher stopped"))
                 return
+            results = outcome
             for (lg, flushed), (error, elapsed_ns) in zip(r.targets.items(), results):
                 waiters = r.waiters[lg]
                 if error is not None:
@@ -238,6 +263,33 @@ class Flusher:
             self._idle = asyncio.get_running_loop().create_future()
             self._check_idle()
             await asyncio.shield(self._idle)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
+
+class Relay:
+    """A waiter for ``Flusher.flush(into=...)`` that passes the outcome straight to a callback
+    (None, or the exception), in the flusher's own turn of the loop."""
+
+    __slots__ = ("_callback", "_done")
+
+    def __init__(self, callback: Callable[[BaseException | None], None]) -> None:
+        self._callback = callback
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, _value: object) -> None:
+        self._finish(None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._finish(error)
+
+    def _finish(self, error: BaseException | None) -> None:
+        if not self._done:
+            self._done = True
+            self._callback(error)
 
 
 def _offline(lg: Any) -> LogFailed:

@@ -113,6 +113,27 @@ class Acquired:
     ranges: list  # [(first, last, delivery count)]
 
 
+@dataclass(slots=True, eq=False)
+class AckWrite:
+    """An acknowledgement whose state write is queued: ``outcome()`` once it is durable."""
+
+    manager: SharePartitionManager
+    entry: Entry
+    batches: Sequence[tuple]
+    change: Any
+    rejected: list
+    future: asyncio.Future
+
+    async def outcome(self) -> tuple[int, str | None]:
+        error = await self.future
+        entry = self.entry
+        if error:
+            entry.rejects = [r for r in entry.rejects if r not in self.rejected]
+            return error, f"Persisting the acknowledgement failed: {ErrorCode(error).name}"
+        self.manager.note_acknowledged(entry, self.batches, self.change)
+        return 0, None
+
+
 class SharePartitionManager:
     def __init__(self, broker: Any) -> None:
         self.broker = broker
@@ -156,6 +177,16 @@ class SharePartitionManager:
         if not 0 <= index < len(topic.partitions):
             raise ErrorAnswer(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this partition.")
         return topic, topic.partitions[index]
+
+    def ready(self, gid: str, topic_id: uuid.UUID, index: int) -> Entry | None:
+        """The share partition if it is loaded and current, without a wait (None: ``get`` loads
+        it). ErrorAnswer for an unknown topic or partition, as ``get``. A handler whose partitions
+        are all ready runs without suspending: each wait is a loop turn, milliseconds on a busy loop."""
+        entry = self.entries.get((gid, topic_id, index))
+        if entry is None or entry.sp is None:
+            return None
+        _topic, partition = self._locate(topic_id, index)
+        return entry if entry.partition is partition else None
 
     async def get(self, gid: str, topic_id: uuid.UUID, index: int) -> Entry:
         """The loaded share partition, reading its state on first use (ErrorAnswer on failure)."""
@@ -369,27 +400,37 @@ class SharePartitionManager:
     # -- acknowledge ---------------------------------------------------------------
     async def acknowledge(self, entry: Entry, member_id: str, batches: Sequence[tuple]) -> tuple[int, str | None]:
         """Apply one partition's acknowledgement batches; (error code, message) once durable."""
+        begun = self.begin_acknowledge(entry, member_id, batches)
+        return begun if isinstance(begun, tuple) else await begun.outcome()
+
+    def begin_acknowledge(
+        self, entry: Entry, member_id: str, batches: Sequence[tuple]
+    ) -> tuple[int, str | None] | AckWrite:
+        """Apply one partition's acknowledgement batches now: the outcome when no write is needed
+        (or they were refused), else the write to wait for. A request acknowledging several
+        partitions begins them all, then waits for each, with no task per partition."""
         sp = entry.sp
         assert sp is not None
         errors, change = sp.acknowledge(member_id, batches, self.now())
         bad = next((e for e in errors if e), 0)
         if bad:
             return int(bad), None
-        if change.needs_write:
-            rejected = rejected_ranges(batches) if sp.archive_to == ARCHIVING else []
-            entry.rejects += rejected  # the dead-letter cause of these offsets (KIP-1191)
-            future = asyncio.get_running_loop().create_future()
-            self._enqueue(entry, change, future, undo=True)
-            error = await future
-            if error:
-                entry.rejects = [r for r in entry.rejects if r not in rejected]
-                return error, f"Persisting the acknowledgement failed: {ErrorCode(error).name}"
-        else:
+        if not change.needs_write:
             self._wake(entry)
+            self.note_acknowledged(entry, batches, change)
+            return 0, None
+        rejected = rejected_ranges(batches) if sp.archive_to == ARCHIVING else []
+        entry.rejects += rejected  # the dead-letter cause of these offsets (KIP-1191)
+        future = asyncio.get_running_loop().create_future()
+        self._enqueue(entry, change, future, undo=True)
+        return AckWrite(self, entry, batches, change, rejected, future)
+
+    def note_acknowledged(self, entry: Entry, batches: Sequence[tuple], change: Any) -> None:
+        sp = entry.sp
+        assert sp is not None
         count_acknowledged(
             self.broker.stats.share_counts(entry.key[0], entry.topic.name), batches, change, sp.delivery_count_limit
         )
-        return 0, None
 
     # -- the write pipeline -----------------------------------------------------------
     def _enqueue(self, entry: Entry, change: Any, future: asyncio.Future | None, *, undo: bool) -> None:
@@ -420,9 +461,9 @@ class SharePartitionManager:
     def _send(self, entry: Entry, group: Group) -> None:
         """Append one write now (WriteShareGroupState, in process); settle it when it is durable.
 
-        A done-callback rather than a task awaiting it: each future or task between the
-        flusher and the member's answer is one more loop turn, and a loaded loop's turn
-        costs milliseconds."""
+        A callback rather than a task awaiting it, called in the turn the outcome is known:
+        each future or task between the flusher and the member's answer is one more loop
+        turn, and a loaded loop's turn costs milliseconds."""
         sc = self.broker.share_coordinator
         sp = entry.sp
         assert sp is not None
@@ -431,7 +472,7 @@ class SharePartitionManager:
             return
         gid, tid, index = entry.key
         try:
-            outcome = sc.submit_write(
+            sc.submit_write(
                 gid,
                 tid,
                 index,
@@ -440,21 +481,14 @@ class SharePartitionManager:
                 group.start_offset,
                 group.batches,
                 group.delivery_complete_count,
+                on_outcome=lambda outcome: self._written(entry, group, outcome),
             )
         except Exception as e:  # noqa: BLE001 - a write that raised failed
             log.error("share partition %s: write raised %r", entry.key, e)
             self._settle(entry, entry.pipe.finished(group, ErrorCode.UNKNOWN_SERVER_ERROR))
-            return
-        if outcome.done():
-            self._written(entry, group, outcome)
-        else:
-            outcome.add_done_callback(lambda f: self._written(entry, group, f))
 
-    def _written(self, entry: Entry, group: Group, outcome: asyncio.Future) -> None:
-        error: int = ErrorCode.NOT_COORDINATOR  # cancelled: the broker is closing, nobody is told "durable"
-        if not outcome.cancelled():
-            error = int(outcome.result()[0])
-        self._settle(entry, entry.pipe.finished(group, error))
+    def _written(self, entry: Entry, group: Group, outcome: tuple[int, str | None]) -> None:
+        self._settle(entry, entry.pipe.finished(group, int(outcome[0])))
 
     def _settle(self, entry: Entry, settled: list[Group]) -> None:
         """Answer the waiters of writes that settled (oldest first) and send what may go next."""

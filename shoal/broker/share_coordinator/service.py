@@ -270,19 +270,29 @@ class ShareCoordinator:
         start_offset: int,
         batches: Iterable[Any],
         delivery_complete_count: int = -1,
+        on_outcome: Callable[[Outcome], None] | None = None,
     ) -> asyncio.Future[Outcome]:
         """`write_state` whose append happens now: the records are in the log (and the shard)
         when this returns, and the future gives the outcome once they are durable (or the
         write timed out). A share partition leader pipelines its writes with it
         (``share.write_pipeline``): the next write is appended while this one's fsync runs,
         and they become durable in order. Plain callbacks, no task: each hop between the
-        flusher and the waiter is one more turn of the loop."""
+        flusher and the waiter is one more turn of the loop; ``on_outcome`` is called with the
+        outcome as the future gets it (in this call, when it is known at once), saving one more."""
         loop = asyncio.get_running_loop()
-        out: asyncio.Future[Outcome] = loop.create_future()
+        future: asyncio.Future[Outcome] = loop.create_future()
+
+        def settle(outcome: Outcome) -> None:  # the future, then on_outcome in the same turn
+            if future.done():
+                return
+            future.set_result(outcome)
+            if on_outcome is not None:
+                on_outcome(outcome)
+
         bad = self._check(group, topic_id, partition)
         if bad is not None:
-            out.set_result(bad)
-            return out
+            settle(bad)
+            return future
 
         def op(shard: ShareStateShard) -> tuple[list[Record], ErrorCode | None]:
             if shard.state(group, topic_id, partition) is None:
@@ -294,8 +304,8 @@ class ShareCoordinator:
         p = self.key_partition(group, topic_id, partition)
         error, fut, failed = self._begin(p, op)
         if failed is not None:
-            out.set_result(failed)
-            return out
+            settle(failed)
+            return future
         if error is None:
             written = _error(ErrorCode.INVALID_REQUEST, UNINITIALIZED_WRITE)
         elif error != ErrorCode.NONE:
@@ -303,32 +313,32 @@ class ShareCoordinator:
         else:
             written = (ErrorCode.NONE, None)
         if fut is None or (fut.done() and not fut.cancelled() and fut.exception() is None):
-            out.set_result(written)
-            return out
+            settle(written)
+            return future
 
         def timed_out() -> None:
-            if not out.done():
-                out.set_result(_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out"))
+            if not future.done():
+                settle(_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "share-group state write timed out"))
 
         timer = loop.call_later(self.write_timeout_s, timed_out)
 
         def durable(f: asyncio.Future) -> None:
             timer.cancel()
-            if out.done():
+            if future.done():
                 return
             if f.cancelled():
-                out.set_result(_error(ErrorCode.NOT_COORDINATOR, "share-group state write cancelled"))
+                settle(_error(ErrorCode.NOT_COORDINATOR, "share-group state write cancelled"))
                 return
             e = f.exception()
             if e is None:
-                out.set_result(written)
+                settle(written)
                 return
             log.error("%s-%d: state not made durable: %s", TOPIC, p, e)
             code = e.code if isinstance(e, ErrorAnswer) else ErrorCode.UNKNOWN_SERVER_ERROR
-            out.set_result(_error(code, f"could not write share-group state: {e}"))
+            settle(_error(code, f"could not write share-group state: {e}"))
 
         fut.add_done_callback(durable)
-        return out
+        return future
 
     async def delete_state(self, group: str, topic_id: uuid.UUID, partition: int) -> Outcome:
         """DeleteShareGroupState: tombstones (deleting unknown state succeeds)."""
