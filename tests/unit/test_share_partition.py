@@ -386,3 +386,45 @@ def test_release_member_gives_everything_back():
     change = sp.release_member("m3", decrease_delivery_count=False)
     assert change.batches == [(4, 5, ARCHIVED, 2)]
     check(sp)
+
+
+def test_record_limit_reads_a_long_batch_only_as_far_as_it_takes(monkeypatch):
+    """One 30,000-record log batch handed out 5 records at a time: each fetch reads the per-offset
+    state from the first available offset and only as far as it takes, not the whole batch
+    (it did, which made tiny records in 1 MiB batches crawl under 32 members)."""
+    from shoal.broker.share.in_flight import OffsetStates
+
+    n = 30_000
+    sp = make(cap=n)
+    big = batches(n)
+    assert sp.acquire("m0", big, n, now_ms=0) == [AcquiredRange(0, n - 1, 1, LOCK)]
+    # every 7th record accepted, the rest released: the batch is split per offset, with holes
+    ack(sp, "m0", (0, n - 1, [ACCEPT if i % 7 == 0 else RELEASE for i in range(n)]))
+    reads = []
+    real_key = OffsetStates.key
+    monkeypatch.setattr(OffsetStates, "key", lambda self, i: reads.append(i) or real_key(self, i))
+    taken: list[int] = []
+    for f in range(40):
+        reads.clear()
+        got = sp.acquire(f"m{f % 3}", big, 5, batch_optimized=False, now_ms=0)
+        assert sum(r.last_offset - r.first_offset + 1 for r in got) == 5
+        assert all(r.delivery_count == 2 for r in got)
+        taken += [o for r in got for o in range(r.first_offset, r.last_offset + 1)]
+        assert len(reads) < 50, f"fetch {f} read {len(reads)} offsets' state"
+    assert taken == [o for o in range(n) if o % 7][: len(taken)]  # in order, accepted ones skipped
+    monkeypatch.undo()
+    check(sp)
+
+
+def test_a_long_batch_near_the_poison_threshold_is_still_throttled_whole():
+    """The bounded read is skipped when some offset of the batch may have reached the poison
+    threshold: the throttle needs the counts of every acquirable run."""
+    n = 64
+    sp = make(cap=n, limit=4)  # threshold 2
+    sp.acquire("m", batches(n), n, now_ms=0)
+    ack(sp, "m", (0, n - 1, [ACCEPT] + [RELEASE] * (n - 1)))  # split per offset at count 1
+    assert sp.acquire("m", batches(n), n, now_ms=0) == [AcquiredRange(1, n - 1, 2, LOCK)]
+    ack(sp, "m", (1, n - 1, [RELEASE] * (n - 1)))  # counts 2 now: halves from here
+    got = sp.acquire("m", batches(n), 100, now_ms=0)
+    assert got == [AcquiredRange(1, 32, 3, LOCK)]  # half the range (64 >> 1), not all 63
+    check(sp)

@@ -60,6 +60,10 @@ class OffsetStates:
     members: list[str | None]
     deadlines: array
     pending: list[object | None]
+    # No offset's count is above this (counts only grow; a slice cut off keeps it an upper
+    # bound): lets an acquisition skip scanning a long batch for counts that reached the
+    # poison threshold.
+    max_count: int = 0
 
     @classmethod
     def uniform(
@@ -71,6 +75,7 @@ class OffsetStates:
             [member] * n,
             array("q", [deadline]) * n,
             [pending] * n,
+            count,
         )
 
     def key(self, i: int) -> tuple[int, int, str | None, int, int]:
@@ -105,8 +110,14 @@ class InFlightBatch:
         i = offset - self.first
         return o.states[i], o.counts[i], o.members[i], o.deadlines[i], o.pending[i]
 
-    def runs(self, a: int, b: int) -> Iterator[Run]:
-        """Maximal uniform runs covering [a, b] ∩ this batch, in offset order."""
+    def max_count(self) -> int:
+        """An upper bound of the delivery counts of this batch's offsets."""
+        return self.count if self.offsets is None else self.offsets.max_count
+
+    def runs(self, a: int, b: int, cap: int | None = None) -> Iterator[Run]:
+        """Maximal uniform runs covering [a, b] ∩ this batch, in offset order; with `cap`, a
+        split batch's runs are cut after `cap` offsets (a caller taking a few offsets of a
+        long uniform stretch reads only those)."""
         a, b = max(a, self.first), min(b, self.last)
         if a > b:
             return
@@ -119,7 +130,7 @@ class InFlightBatch:
         start, key = i, o.key(i)
         for k in range(i + 1, j + 1):
             kk = o.key(k)
-            if kk != key:
+            if kk != key or (cap is not None and k - start >= cap):
                 yield (start + base, k - 1 + base, o.states[start], o.counts[start], o.members[start],
                        o.deadlines[start], o.pending[start])  # fmt: skip
                 start, key = k, kk
@@ -146,6 +157,8 @@ class InFlightBatch:
         n = j - i
         o.states[i:j] = bytes((state,)) * n
         o.counts[i:j] = array("H", (count,)) * n
+        if count > o.max_count:
+            o.max_count = count
         o.members[i:j] = [member] * n
         o.deadlines[i:j] = array("q", (deadline,)) * n
         o.pending[i:j] = [pending] * n
@@ -162,6 +175,8 @@ class InFlightBatch:
         o = self.split()
         o.states.extend(bytes((state,)) * n)
         o.counts.extend(array("H", (count,)) * n)
+        if count > o.max_count:
+            o.max_count = count
         o.members.extend([member] * n)
         o.deadlines.extend(array("q", (deadline,)) * n)
         o.pending.extend([None] * n)
