@@ -95,6 +95,15 @@ class Tally:
     t0: float = float("nan")
     t_done: float = float("nan")
     done_at: list[float] = field(default_factory=list)  # when each offset was first delivered, in order
+    waits: list[float] = field(default_factory=list)  # seconds each poll that returned records took
+
+    def wait_ms(self, q: float) -> float:
+        """The q-quantile of the polls that returned records, in ms: the member's idle time per
+        poll (the acknowledgements' and the next records' round trip), which the ideal leaves out."""
+        if not self.waits:
+            return float("nan")
+        w = sorted(self.waits)
+        return 1000.0 * w[min(len(w) - 1, int(q * len(w)))]
 
     def steady_rate(self) -> float:
         """Records/s between the 10th and the 90th percentile of deliveries: the rate once every
@@ -122,6 +131,34 @@ class Tally:
                 self.t_done = now
         self.counts[offset] = min(self.counts[offset] + 1, 255)
         return self.delivered == len(self.counts)
+
+
+def share_fetch_buckets(http_port: int) -> dict[float, float]:
+    """The broker's ShareFetch answers so far, as cumulative histogram buckets {le ms: count}
+    from /metrics (Kafka's RequestMetrics TotalTimeMs): the broker's part of a poll's wait."""
+    if not http_port:
+        return {}
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
+    got: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith("kafka_network_requestmetrics_totaltimems_bucket{") and 'request="ShareFetch"' in line:
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            got[float(le)] = got.get(float(le), 0.0) + float(line.rsplit(" ", 1)[1])
+    return got
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> str:
+    """The upper bound of the bucket holding the q-quantile of the answers between two scrapes."""
+    les = sorted(after)
+    if not les:
+        return "-"
+    total = after[les[-1]] - before.get(les[-1], 0.0)
+    for le in les:
+        if total and after[le] - before.get(le, 0.0) >= q * total:
+            return f"{le:g}"
+    return "-"
 
 
 def scenarios(quick: bool) -> list[Scenario]:
@@ -183,8 +220,12 @@ def run_librdkafka(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int
     def run(sc: Any) -> None:
         sc.subscribe([topic])
         while not stop.is_set():
+            asked = time.perf_counter()
             msgs = sc.poll(0.1) or ()
             due = time.perf_counter()
+            if msgs:
+                with lock:
+                    tally.waits.append(due - asked)
             for m in msgs:
                 if m.error() is not None:
                     with lock:
@@ -236,8 +277,11 @@ def run_ours(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int) -> T
         async def run(sc: AsyncShareConsumer) -> None:
             sc.subscribe([topic])
             while not stop.is_set():
+                asked = time.perf_counter()
                 records = await sc.poll(100)
                 due = time.perf_counter()
+                if records:
+                    tally.waits.append(due - asked)
                 for r in records:
                     if work:
                         due += work
@@ -303,7 +347,7 @@ def main() -> None:
     seconds = 2.0 if args.quick else args.seconds
     header = (
         f"{'scenario':<20}{'client':<12}{'mode':<16}{'M x W ms':>10}{'records':>9}{'rec/s':>9}{'ideal':>8}"
-        f"{'of ideal':>9}{'steady':>8}{'of ideal':>9}{'redeliv':>8}{'dups':>6}"
+        f"{'of ideal':>9}{'steady':>8}{'of ideal':>9}{'redeliv':>8}{'dups':>6}{'poll p50/p90 ms':>17}{'broker p50/p90 <=ms':>20}"
     )
     print(header)
     print("-" * len(header))
@@ -324,7 +368,10 @@ def main() -> None:
                     group_config(
                         b.port, group, share_auto_offset_reset="earliest", share_partition_max_record_locks=IN_FLIGHT
                     )
+                before = share_fetch_buckets(b.http_port)
                 t = RUNNERS[s.client](b, s, topic, group, n)
+                after = share_fetch_buckets(b.http_port)
+                broker_ms = "/".join(bucket_quantile(before, after, q) for q in (0.5, 0.9))
                 secs = t.t_done - t.t0
                 rate = n / secs if t.delivered == n and secs > 0 else float("nan")
                 mode = s.acquire_mode if s.client == "ours" else f"max.poll={s.max_poll}"
@@ -335,7 +382,8 @@ def main() -> None:
                 missing = "" if t.delivered == n else f"  ({n - t.delivered} never delivered)"
                 print(
                     f"{s.name:<20}{s.client:<12}{mode:<16}{f'{s.members} x {s.work_ms:g}':>10}{n:>9,}"
-                    f"{rate:9,.0f}{ideal}{ratio}{steady:8,.0f}{steady_ratio}{t.redelivered:8}{t.dups:6}{missing}",
+                    f"{rate:9,.0f}{ideal}{ratio}{steady:8,.0f}{steady_ratio}{t.redelivered:8}{t.dups:6}"
+                    f"{f'{t.wait_ms(0.5):.1f}/{t.wait_ms(0.9):.1f}':>17}{broker_ms:>20}{missing}",
                     flush=True,
                 )
         finally:
