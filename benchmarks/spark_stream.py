@@ -3,14 +3,12 @@
 Run: python benchmarks/spark_stream.py [--records N] [--partitions P] [--warmup S]
                                        [--fetch-max-bytes B] [--quick] [--no-batch]
                                        ['--masters=local[2];local-cluster[2,1,1024]']
-                                       [--paths executor,driver]
 
 Starts a broker process (temporary data dir, 127.0.0.1, free port; share
 partitions may hold 10,000 records in flight, the most a group may set),
 produces N 1 KiB records of random bytes (default 600,000; they do not
 compress) over P partitions (default 4) with librdkafka, then on each Spark
-master (local[2], then local-cluster[2,1,1024]: executor JVMs of their own)
-and for each read path (``shoal.read.path`` executor, then driver):
+master (local[2], then local-cluster[2,1,1024]: executor JVMs of their own):
 
   * **cold stream**: ``spark.readStream.format("shoal")`` on a share group
     of its own over the same topic, in the fresh JVM, for S seconds (default
@@ -28,7 +26,7 @@ and for each read path (``shoal.read.path`` executor, then driver):
     first micro-batch to the end of the last); the median micro-batch (rows,
     and its cycle = the sink's job + what happens between two sink calls:
     Spark's commit and offset logs, the source's latestOffset (accept the
-    previous batch, poll) and partitions (Arrow payloads)); CPU per row of
+    previous batch, poll) and partitions (plan the acquired ranges)); CPU per row of
     each process (JVM, the source's runner process, Python workers, broker)
     over the steady part. Every record must arrive exactly once with
     deliveryCount 1 and the group's lag must be 0 afterwards (every record
@@ -42,10 +40,13 @@ ShareFetch answer, which holds at most P x the group's
 share.partition.max.record.locks records (the in-flight limit; 40,000 here
 with P = 4) and fetch.max.bytes (split evenly across the partitions). Spark's
 cost per micro-batch is about 0.2-0.3 s whatever its size, and each row costs
-the driver (decode, Arrow payload) and the executors (Arrow into the JVM, the
-sink), so rows/s grow with rows per batch up to that limit.
+the executors (Fetch, decode, Arrow into the JVM, the sink) and the driver
+little (its acquired ranges), so rows/s grow with rows per batch up to that
+limit. (A driver read path, which decoded on the driver and shipped Arrow to
+the executors, was measured here too until it was removed: it was slower on
+both masters.)
 
-The last lines sum it up per master and path: rows/s steady and overall,
+The last lines sum it up per master: rows/s steady and overall,
 the driver's CPU per row (the source runner process) and the executors' (their
 Python workers plus the executor task threads, or the executor JVMs).
 Goals from issue 22 (printed, not asserted): >= 150,000 rows/s steady on
@@ -220,7 +221,6 @@ def bench_stream(
     checkpoint: str,
     fetch_max_bytes: int | None,
     stop_after_s: float | None = None,
-    read_path: str = "executor",
 ) -> dict[str, Any]:
     """Stream `topic` on share group `group` into an aggregating foreachBatch until `n` rows
     arrived (or `stop_after_s` passed)."""
@@ -254,7 +254,6 @@ def bench_stream(
         .option("subscribe", topic)
         .option("kafka.group.id", group)
         .option("startingOffsets", "earliest")
-        .option("shoal.read.path", read_path)
     )
     if fetch_max_bytes is not None:
         reader = reader.option("kafka.fetch.max.bytes", str(fetch_max_bytes))
@@ -374,8 +373,7 @@ def _report(s: dict[str, Any], n: int, partitions: int, label: str) -> tuple[boo
         )
         jvm = [(k[4:], v) for k, v in s["cpu"].items() if k.startswith("JVM ")]
         print(f"    of which JVM threads: {us(jvm)}")
-        # The driver's Python: the source runner (acquire, plan; for the driver path also decode
-        # and Arrow). Executors: their Python workers and the JVM's executor task threads
+        # The driver's Python: the source runner (acquire, plan). Executors: their Python workers and the JVM's executor task threads
         # (local[2]) or the executor JVMs (local-cluster).
         cpu = s["cpu"]
         summary["driver_us"] = cpu.get("source runner", 0.0) / rows * 1e6
@@ -391,7 +389,6 @@ def _report(s: dict[str, Any], n: int, partitions: int, label: str) -> tuple[boo
 
 
 MASTERS = ("local[2]", "local-cluster[2,1,1024]")
-PATHS = ("executor", "driver")
 
 
 def main() -> int:
@@ -402,16 +399,14 @@ def main() -> int:
     ap.add_argument("--fetch-max-bytes", type=int, default=None, help="the share consumer's fetch.max.bytes")
     ap.add_argument("--quick", action="store_true", help="150,000 records, 10 s cold stream")
     ap.add_argument("--masters", default=";".join(MASTERS), help="Spark masters to run on, separated by ';'")
-    ap.add_argument("--paths", default=",".join(PATHS), help="shoal.read.path values to measure, comma-separated")
     ap.add_argument("--no-batch", action="store_true", help="skip the batch reader")
     args = ap.parse_args()
     n = 150_000 if args.quick else args.records
     warmup = min(args.warmup, 10.0) if args.quick else args.warmup
     masters = [m.strip() for m in args.masters.split(";") if m.strip()]
-    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
 
     ok = True
-    results: list[tuple[str, str, dict[str, Any]]] = []
+    results: list[tuple[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="shoal-spark-bench-") as tmp:
         broker = BrokerProcess(Path(tmp) / "data", OVERRIDES).start()
         try:
@@ -431,17 +426,16 @@ def main() -> int:
                 if warmup > 0:
                     c = bench_stream(
                         spark, broker.bootstrap, topic, f"bench-cold-{mi}", n, str(Path(tmp) / f"cold-{mi}"),
-                        args.fetch_max_bytes, stop_after_s=warmup, read_path=paths[0],
+                        args.fetch_max_bytes, stop_after_s=warmup,
                     )  # fmt: skip
                     _rates(c, "cold JVM")
-                for path in paths:
-                    s = bench_stream(
-                        spark, broker.bootstrap, topic, f"bench-{mi}-{path}", n, str(Path(tmp) / f"chk-{mi}-{path}"),
-                        args.fetch_max_bytes, read_path=path,
-                    )  # fmt: skip
-                    passed, summary = _report(s, n, args.partitions, f"{path} path")
-                    ok = ok and passed
-                    results.append((master, path, summary))
+                s = bench_stream(
+                    spark, broker.bootstrap, topic, f"bench-{mi}", n, str(Path(tmp) / f"chk-{mi}"),
+                    args.fetch_max_bytes,
+                )  # fmt: skip
+                passed, summary = _report(s, n, args.partitions, "stream")
+                ok = ok and passed
+                results.append((master, summary))
                 if not args.no_batch and mi == 0:
                     print()
                     print(f"batch: spark.read.format('shoal') on {master}, earliest..latest, one task per partition")
@@ -454,15 +448,15 @@ def main() -> int:
     print()
     print("summary (warm JVM; CPU after the first micro-batch):")
     print(
-        f"  {'master':<26} {'path':<9} {'steady rows/s':>14} {'overall rows/s':>15} {'driver us/row':>14} {'executor us/row':>16}"
+        f"  {'master':<26} {'steady rows/s':>14} {'overall rows/s':>15} {'driver us/row':>14} {'executor us/row':>16}"
     )
 
     def fmt(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}"
 
-    for master, path, r in results:
+    for master, r in results:
         print(
-            f"  {master:<26} {path:<9} {r['steady']:>14,.0f} {r['overall']:>15,.0f}"
+            f"  {master:<26} {r['steady']:>14,.0f} {r['overall']:>15,.0f}"
             f" {fmt(r['driver_us']):>14} {fmt(r['executor_us']):>16}"
         )
     print("  goals: >= 150,000 rows/s steady on local[2] (1 KiB records, warm JVM); driver <= 1.0 us/row")

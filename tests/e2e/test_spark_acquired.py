@@ -1,4 +1,4 @@
-"""An executor task of the stream's executor read path, run directly against a broker (no SparkSession).
+"""An executor task of the stream (its acquired ranges), run directly against a broker (no SparkSession).
 
 ``read_acquired`` is what each Spark task runs: Fetch the task's acquired
 ranges from the leader, keep exactly those offsets with their delivery

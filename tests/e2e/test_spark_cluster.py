@@ -2,13 +2,12 @@
 
 On ``local[2]`` the executors live in the driver's JVM; here two worker
 processes each launch an executor JVM, and its Python workers read the
-acquired ranges from the broker over their own connections (read path
-``executor``) or take the driver's Arrow payloads (``driver``). It works with
+acquired ranges from the broker over their own connections. It works with
 the pip-installed pyspark as it is: the package directory is SPARK_HOME and
 holds the jars and ``bin/`` scripts the workers launch executors with.
 
 The scenarios are test_spark_stream's, run on the cluster session: every
-record once (both read paths) and a failed batch redelivered after the query
+record once and a failed batch redelivered after the query
 restarts (deliveryCount >= 2).
 """
 
@@ -23,7 +22,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from tests.e2e import test_spark_stream as streams
-from tests.support.spark import LOCAL_CLUSTER, get_spark, read_path, spark_broker  # noqa: F401
+from tests.support.spark import LOCAL_CLUSTER, get_spark, spark_broker  # noqa: F401
 
 
 @pytest.fixture
@@ -33,11 +32,9 @@ def cluster() -> Any:
     return spark
 
 
-def test_every_record_once_on_local_cluster(cluster, read_path, spark_broker, topic_name, tmp_path) -> None:
-    streams.test_every_record_once_with_acks_flowing(cluster, read_path, spark_broker, topic_name, tmp_path)
+def test_every_record_once_on_local_cluster(cluster, spark_broker, topic_name, tmp_path) -> None:
+    streams.test_every_record_once_with_acks_flowing(cluster, spark_broker, topic_name, tmp_path)
 
 
 def test_failed_batch_redelivered_on_local_cluster(cluster, spark_broker, topic_name, tmp_path) -> None:
-    streams.test_interrupted_batch_is_redelivered_after_restart(
-        cluster, "executor", spark_broker, topic_name, tmp_path, "fail"
-    )
+    streams.test_interrupted_batch_is_redelivered_after_restart(cluster, spark_broker, topic_name, tmp_path, "fail")

@@ -26,7 +26,6 @@ from tests.support.spark import (  # noqa: F401
     create_topic,
     numbered,
     produce,
-    read_path,
     set_group_config,
     share_lag,
     spark,
@@ -45,14 +44,12 @@ def _stop(query) -> None:
     query.awaitTermination(30)
 
 
-def test_every_record_once_with_acks_flowing(spark, read_path, spark_broker, topic_name, tmp_path) -> None:
+def test_every_record_once_with_acks_flowing(spark, spark_broker, topic_name, tmp_path) -> None:
     bootstrap, group = spark_broker.bootstrap, f"{topic_name}-g"
     create_topic(bootstrap, topic_name, 3)
     produce(bootstrap, topic_name, numbered(600))
     sink = Collector()
-    query = _start(
-        stream(spark, bootstrap, topic_name, group, read_path, maxRecordsPerTrigger="150"), sink, tmp_path / "chk"
-    )
+    query = _start(stream(spark, bootstrap, topic_name, group, maxRecordsPerTrigger="150"), sink, tmp_path / "chk")
     try:
         wait_for(lambda: sink.distinct() >= 200, 90, "the first batches", query)
         produce(bootstrap, topic_name, numbered(600, start=600))  # more while the query runs
@@ -71,9 +68,7 @@ def test_every_record_once_with_acks_flowing(spark, read_path, spark_broker, top
 
 
 @pytest.mark.parametrize("how", ["fail", "stop"])
-def test_interrupted_batch_is_redelivered_after_restart(
-    spark, read_path, spark_broker, topic_name, tmp_path, how
-) -> None:
+def test_interrupted_batch_is_redelivered_after_restart(spark, spark_broker, topic_name, tmp_path, how) -> None:
     bootstrap, group = spark_broker.bootstrap, f"{topic_name}-g"
     create_topic(bootstrap, topic_name, 3)
     # A long lock: only the runner releasing what it held on the way out (SIGTERM / stop)
@@ -94,7 +89,7 @@ def test_interrupted_batch_is_redelivered_after_restart(
             time.sleep(3)
 
     sink.hook = hook
-    query = _start(stream(spark, bootstrap, topic_name, group, read_path, maxRecordsPerTrigger="100"), sink, chk)
+    query = _start(stream(spark, bootstrap, topic_name, group, maxRecordsPerTrigger="100"), sink, chk)
     if how == "fail":
         with pytest.raises(Exception, match="sink failed"):
             query.awaitTermination(120)
@@ -107,7 +102,7 @@ def test_interrupted_batch_is_redelivered_after_restart(
 
     restarted = time.monotonic()
     sink.run, sink.hook = 1, None
-    query = _start(stream(spark, bootstrap, topic_name, group, read_path, maxRecordsPerTrigger="100"), sink, chk)
+    query = _start(stream(spark, bootstrap, topic_name, group, maxRecordsPerTrigger="100"), sink, chk)
     try:
         wait_for(lambda: sink.distinct() >= 600, 90, "every record after the restart", query)
     finally:
@@ -123,7 +118,7 @@ def test_interrupted_batch_is_redelivered_after_restart(
 
 
 @pytest.mark.parametrize("renew", [True, False])
-def test_slow_batch_keeps_its_locks(spark, read_path, spark_broker, topic_name, tmp_path, renew) -> None:
+def test_slow_batch_keeps_its_locks(spark, spark_broker, topic_name, tmp_path, renew) -> None:
     bootstrap, group = spark_broker.bootstrap, f"{topic_name}-g"
     create_topic(bootstrap, topic_name, 3)
     # 2 s locks; a high delivery limit so that lapsed locks (renew=false) never archive a record.
@@ -139,7 +134,7 @@ def test_slow_batch_keeps_its_locks(spark, read_path, spark_broker, topic_name, 
 
     sink.hook = hook
     options = {"maxRecordsPerTrigger": "100", "share.lock.renew": str(renew).lower()}
-    query = _start(stream(spark, bootstrap, topic_name, group, read_path, **options), sink, tmp_path / "chk")
+    query = _start(stream(spark, bootstrap, topic_name, group, **options), sink, tmp_path / "chk")
     try:
         wait_for(lambda: sink.distinct() >= 300 and slow, 90, "all records", query)
         if renew:
@@ -154,16 +149,13 @@ def test_slow_batch_keeps_its_locks(spark, read_path, spark_broker, topic_name, 
     # Without renewal the slow batch's locks lapse and the broker hands its records out again.
 
 
-def test_bad_options_and_unreachable_broker_fail_the_query(
-    spark, read_path, spark_broker, topic_name, tmp_path
-) -> None:
+def test_bad_options_and_unreachable_broker_fail_the_query(spark, spark_broker, topic_name, tmp_path) -> None:
     from pyspark.errors import PySparkException
 
     df = (
         spark.readStream.format("shoal")
         .option("kafka.bootstrap.servers", spark_broker.bootstrap)
         .option("subscribe", topic_name)
-        .option("shoal.read.path", read_path)
         .load()
     )
     with pytest.raises(PySparkException, match=r"kafka\.group\.id"):
@@ -174,21 +166,19 @@ def test_bad_options_and_unreachable_broker_fail_the_query(
         port = s.getsockname()[1]
     started = time.monotonic()
     with pytest.raises(PySparkException, match="no bootstrap server reachable"):
-        q = _start(stream(spark, f"127.0.0.1:{port}", topic_name, "g", read_path), Collector(), tmp_path / "b")
+        q = _start(stream(spark, f"127.0.0.1:{port}", topic_name, "g"), Collector(), tmp_path / "b")
         q.awaitTermination(60)
     assert time.monotonic() - started < 45
 
 
-def test_broker_restart_loses_nothing(spark, read_path, broker_factory, topic_name, tmp_path) -> None:
+def test_broker_restart_loses_nothing(spark, broker_factory, topic_name, tmp_path) -> None:
     broker = broker_factory(*SPARK_BROKER_OVERRIDES).start()
     bootstrap, group = broker.bootstrap, f"{topic_name}-g"
     create_topic(bootstrap, topic_name, 3)
     produce(bootstrap, topic_name, numbered(300))
     sink = Collector()
     sink.hook = lambda batch_id, rows: time.sleep(0.2)
-    query = _start(
-        stream(spark, bootstrap, topic_name, group, read_path, maxRecordsPerTrigger="50"), sink, tmp_path / "chk"
-    )
+    query = _start(stream(spark, bootstrap, topic_name, group, maxRecordsPerTrigger="50"), sink, tmp_path / "chk")
     try:
         wait_for(lambda: sink.distinct() >= 100, 90, "the first records", query)
         broker.stop()

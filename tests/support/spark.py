@@ -240,20 +240,13 @@ class Collector:
         return len(set(self.keys()))
 
 
-@pytest.fixture(params=["executor", "driver"])
-def read_path(request: pytest.FixtureRequest) -> str:
-    """The stream's ``shoal.read.path``: executors read the acquired ranges, or the driver reads."""
-    return request.param
-
-
-def stream(spark: Any, bootstrap: str, topic: str, group: str, read_path: str = "executor", **options: str) -> Any:
+def stream(spark: Any, bootstrap: str, topic: str, group: str, **options: str) -> Any:
     reader = (
         spark.readStream.format("shoal")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("kafka.group.id", group)
         .option("startingOffsets", "earliest")
-        .option("shoal.read.path", read_path)
     )
     for k, v in options.items():
         reader = reader.option(k, v)

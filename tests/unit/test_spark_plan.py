@@ -231,8 +231,11 @@ class Rec:
     delivery_count: int = 1
 
 
-def _recs(partition: int, *offsets: int, deadline: float = 100.0) -> list[Rec]:
-    return [Rec("t", partition, o, deadline) for o in offsets]
+def _recs(partition: int, *offsets: int, deadline: float = 100.0) -> list:
+    """One-offset acquired ranges (what the stream's acquirer holds), keyed like records."""
+    from shoal.client.share.ranges import AcquiredRange
+
+    return [AcquiredRange("t", partition, o, o, 1, deadline) for o in offsets]
 
 
 def test_ledger_plans_batches_up_to_the_limit_and_accepts_committed_ones() -> None:
@@ -301,17 +304,22 @@ def test_offsets_round_trip() -> None:
         parse_offset({"offset": 3})
 
 
-# -- the executor read path: acquired ranges --------------------------------------------------------
+# -- the stream's executor tasks: acquired ranges ------------------------------------------------
 
 
-def test_read_path_and_fail_on_data_loss_options() -> None:
+def test_removed_read_path_option_and_fail_on_data_loss() -> None:
     grouped = {"kafka.group.id": "g"}
     s = _opts(**grouped).for_stream()
-    assert s.read_path == "executor" and s.fail_on_data_loss is True
-    s = _opts(**grouped, **{"shoal.read.path": "Driver", "failOnDataLoss": "false"}).for_stream()
-    assert s.read_path == "driver" and s.fail_on_data_loss is False
-    assert _error(_opts, **{"shoal.read.path": "both"}).key == "shoal.read.path"
-    assert _error(_opts(**{"shoal.read.path": "driver"}).for_batch).key == "shoal.read.path"
+    assert s.fail_on_data_loss is True
+    # The driver read path is gone: "executor" (any case) is accepted and changes nothing ...
+    s = _opts(**grouped, **{"shoal.read.path": " Executor ", "failOnDataLoss": "false"}).for_stream()
+    assert s.fail_on_data_loss is False
+    assert s.stream_fetch_config() == _opts(**grouped).for_stream().stream_fetch_config()
+    # ... any other value, "driver" included, is refused naming the option and the removal.
+    for value in ("driver", "Driver", "both", ""):
+        e = _error(_opts, **grouped, **{"shoal.read.path": value})
+        assert e.key == "shoal.read.path" and "driver read path was removed" in str(e), e
+    assert _error(_opts(**{"shoal.read.path": "executor"}).for_batch).key == "shoal.read.path"
     # Executors fetch with the stream's consumer-level settings, always read_uncommitted.
     s = _opts(**grouped, **{"kafka.request.timeout.ms": "7000", "kafka.share.acquire.mode": "record_limit"})
     fetch = s.for_stream().stream_fetch_config()
@@ -326,7 +334,7 @@ def _ranges(*spans: tuple[int, int, int]):
 
 
 def test_ledger_of_ranges_counts_offsets_and_cuts_a_range_at_the_limit() -> None:
-    ledger = BatchLedger(ranges=True)
+    ledger = BatchLedger()
     ledger.add(_ranges((0, 0, 9), (1, 0, 4)))
     assert ledger.rows() == 15 and len(ledger) == 2
     assert ledger.plan(0, limit=12) == 1

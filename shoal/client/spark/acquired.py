@@ -1,9 +1,9 @@
 """A stream micro-batch read on the executors: the share group's acquired ranges, fetched and decoded there.
 
-The read path ``executor`` (option ``shoal.read.path``, the default) of
-``client.spark.stream``. The driver's share consumer is an acquire-only one
-(``client.share.acquirer``): it holds the acquired ranges -- (first, last,
-delivery count) per partition -- and plans them as ``AcquiredPartition``
+How ``client.spark.stream`` reads its records (its only read path). The
+driver's share consumer is an acquire-only one (``client.share.acquirer``):
+it holds the acquired ranges -- (first, last, delivery count) per partition
+-- and plans them as ``AcquiredPartition``
 tasks (``client.spark.offsets.split_acquired``): a few numbers per task, the
 same on every retry. Each task then does what the batch reader does for an
 offset range (``client.spark.batch.range_chunks``: Fetch from the partition's

@@ -18,11 +18,12 @@ that process's memory of them:
   ACCEPTed. ``unplan_after(n)``: batches after ``n`` that Spark asked for but
   never recorded return to the pool.
 
-Entries are records, or offset ranges for the executor read path (a range
-is keyed by its first offset and may be cut in two by ``plan``). They are
-keyed by (topic, partition, offset); ``add`` of a key already
-held replaces the record object (a RENEWed record comes back from the
-consumer with a new lock deadline) and reports only new keys. Locks:
+Entries are acquired offset ranges (``client.share.ranges.AcquiredRange``:
+the executors read the records, the driver never decodes one), keyed by
+(topic, partition, first offset); limits count their offsets and ``plan``
+may cut a range in two. ``add`` of a key already held replaces the entry (a
+RENEWed range comes back from the consumer with a new lock deadline) and
+reports only new keys. Locks:
 ``renewal_due(now, margin)`` says when the earliest lock deadline among held
 records is closer than ``margin`` seconds. Lost records (a renewal or an
 acknowledgement that failed: the broker will redeliver them) are dropped
@@ -64,17 +65,16 @@ def key_of(record: Any) -> Key:
 
 
 class BatchLedger:
-    """Records held by one stream reader process (see the module docstring)."""
+    """Acquired ranges held by one stream reader process (see the module docstring)."""
 
-    __slots__ = ("batches", "last_id", "pool", "ranges")
+    __slots__ = ("batches", "last_id", "pool")
 
-    def __init__(self, *, ranges: bool = False) -> None:
+    def __init__(self) -> None:
+        # Entries are offset ranges (client.share.ranges.AcquiredRange: ``size``, ``split``):
+        # limits count their offsets, and a range is cut where a limit falls inside it.
         self.pool: dict[Key, Any] = {}
         self.batches: dict[int, dict[Key, Any]] = {}
         self.last_id = 0
-        # Entries are offset ranges (client.share.ranges.AcquiredRange: ``size``, ``split``), not
-        # records: limits count their offsets, and a range is cut where a limit falls inside it.
-        self.ranges = ranges
 
     # -- records -----------------------------------------------------------------------
     def add(self, records: Iterable[Any]) -> list[Any]:
@@ -111,14 +111,14 @@ class BatchLedger:
         return out
 
     def __len__(self) -> int:
-        """Entries held (records, or ranges)."""
+        """Entries (ranges) held."""
         return len(self.pool) + sum(len(b) for b in self.batches.values())
 
     def rows(self, entries: Iterable[Any] | None = None) -> int:
         """Records (offsets) in ``entries``, by default everything held."""
         if entries is None:
             entries = self.held()
-        return sum(r.size for r in entries) if self.ranges else len(list(entries))
+        return sum(r.size for r in entries)
 
     def drop(self, keys: Iterable[Key]) -> int:
         """Forget records whose lock is gone; returns how many were held."""
@@ -143,18 +143,14 @@ class BatchLedger:
 
     # -- batches -----------------------------------------------------------------------
     def plan(self, after: int, limit: int | None = None) -> int | None:
-        """Move up to ``limit`` pooled records (offsets, for ranges) into a new batch numbered after
+        """Move up to ``limit`` pooled offsets into a new batch numbered after
         ``after``; None if the pool is empty."""
         if not self.pool or (limit is not None and limit <= 0):
             return None
         batch_id = max(after, self.last_id) + 1
         self.last_id = batch_id
-        if limit is None or limit >= (self.rows(self.pool.values()) if self.ranges else len(self.pool)):
+        if limit is None or limit >= self.rows(self.pool.values()):
             taken, self.pool = self.pool, {}
-        elif not self.ranges:
-            taken = {}
-            for k in list(self.pool)[:limit]:
-                taken[k] = self.pool.pop(k)
         else:
             taken = {}
             room = limit

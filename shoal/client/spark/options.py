@@ -30,7 +30,6 @@ from shoal.protocol.constants import ListOffsetsTimestamp
 
 __all__ = [
     "BATCH_ONLY",
-    "READ_PATHS",
     "STREAM_ONLY",
     "OffsetSpec",
     "SourceOptions",
@@ -61,9 +60,10 @@ BATCH_ONLY = (
     "maxRecordsPerPartition",
 )
 STREAM_ONLY = ("kafka.group.id", "maxRecordsPerTrigger", "share.lock.renew", "share.poll.timeout.ms", "shoal.read.path")
-# Where a stream's records are read and decoded (client.spark.stream): by the executors, from
-# the ranges the driver acquired, or by the driver itself, shipped to the executors as Arrow.
-READ_PATHS = ("executor", "driver")
+# A stream's records are read and decoded by the executors, from the ranges the driver acquired
+# (client.spark.stream). The option that chose the driver instead is still accepted with the one
+# value left, so queries that spelled out the default keep working; any other value is refused.
+_READ_PATH_OPTION = "shoal.read.path"
 _CANONICAL = {name.lower(): name for name in (*_COMMON, *BATCH_ONLY, *STREAM_ONLY)}
 
 # Spark's Kafka source refuses these consumer settings for the same reasons.
@@ -111,7 +111,6 @@ class SourceOptions:
     max_records_per_trigger: int | None = None
     lock_renew: bool = True
     poll_timeout_ms: int = 500
-    read_path: str = "executor"
     # the kafka.* client settings; kept out of the repr: they may hold sasl.password or ssl.key.password
     client: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
     given: frozenset[str] = frozenset()
@@ -174,7 +173,7 @@ class SourceOptions:
         return _client_config("share_consumer", mapping)
 
     def stream_fetch_config(self) -> Config:
-        """Settings of the Fetch connections a stream's executors open (read path ``executor``):
+        """Settings of the Fetch connections a stream's executors open:
         the batch reader's, with the stream's ``kafka.*`` settings that a consumer also has
         (security, timeouts, sizes). Always read_uncommitted: the broker acquires no control
         records and, for a read_committed share group, no aborted ones, and the executors keep
@@ -258,9 +257,13 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
         raise ConfigError("startingOffsetsByTimestampStrategy", f"{strategy!r} is not one of error, latest")
 
     poll_timeout = _int(values, "share.poll.timeout.ms", 0)
-    read_path = values.get("shoal.read.path", "executor").strip().lower()
-    if read_path not in READ_PATHS:
-        raise ConfigError("shoal.read.path", f"{read_path!r} is not one of {', '.join(READ_PATHS)}")
+    read_path = values.get(_READ_PATH_OPTION, "executor").strip().lower()
+    if read_path != "executor":
+        raise ConfigError(
+            _READ_PATH_OPTION,
+            f"{read_path!r} is not supported: the driver read path was removed, executors read every "
+            "stream (the only value left is 'executor', the default; the option can be dropped)",
+        )
     return SourceOptions(
         bootstrap_servers=servers,
         topics=topics,
@@ -275,7 +278,6 @@ def parse_source_options(options: Mapping[str, Any]) -> SourceOptions:
         max_records_per_trigger=_int(values, "maxRecordsPerTrigger", 1),
         lock_renew=_bool(values, "share.lock.renew", True),
         poll_timeout_ms=500 if poll_timeout is None else poll_timeout,
-        read_path=read_path,
         client=client,
         given=frozenset(values),
     )

@@ -4,9 +4,7 @@ Why Arrow: a Python data source may return tuples (converted row by row in
 the worker, a few microseconds each) or ``pyarrow.RecordBatch`` objects that
 Spark takes as they are. Records are appended column by column here and
 turned into one RecordBatch per fetch, so the per-record Python work is a
-handful of list appends. Streaming partitions carry their rows as Arrow IPC
-bytes (``to_ipc`` / ``from_ipc``): pickling bytes is a memcpy, and the
-executor maps them back without copying.
+handful of list appends.
 
 The schema is Spark's Kafka source's (key, value, topic, partition, offset,
 timestamp, timestampType, then headers when ``includeHeaders`` is set) plus
@@ -34,7 +32,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["RowColumns", "arrow_schema", "from_ipc", "source_schema", "to_ipc"]
+__all__ = ["RowColumns", "arrow_schema", "source_schema"]
 
 _HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 
@@ -169,14 +167,3 @@ class RowColumns:
         arrays.append(pa.array(self.counts, s.field("deliveryCount").type))
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=s)
-
-
-def to_ipc(batch: pa.RecordBatch) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
-
-
-def from_ipc(data: bytes) -> list[pa.RecordBatch]:
-    return list(pa.ipc.open_stream(pa.py_buffer(data)))

@@ -14,27 +14,25 @@ releases that batch too (the acceptance is sent by the next trigger), and
 after a broker restart redelivered records may still say ``deliveryCount``
 1 (Kafka persists delivery counts only with acknowledgements).
 
-Where records are read (option ``shoal.read.path``). A share group hands
-records to a group *member*, with a lock held by that member; Spark's
-executors are not members and cannot acknowledge, so the driver-side runner
-is the member either way:
+Where records are read. A share group hands records to a group *member*,
+with a lock held by that member; Spark's executors are not members and
+cannot acknowledge, so the driver-side runner is the member. Its consumer is
+an acquire-only one (``client.share.acquirer``): it keeps the
+AcquiredRecords ranges of each ShareFetch answer -- (first, last, delivery
+count) -- and never decodes a record. A batch's tasks are those ranges
+(``client.spark.acquired``: a few numbers per task, identical on every
+retry); each executor task fetches its ranges from the partition leader with
+plain Fetch, keeps exactly the acquired offsets with their delivery counts
+and builds Arrow. The driver's cost per batch does not grow with its rows,
+and executors add throughput. A record deleted between the acquire and the
+read follows ``failOnDataLoss``. An earlier driver read path (the runner
+decoded the records and shipped each task's rows as Arrow IPC bytes) was
+removed (issue #22): measured with ``benchmarks/spark_stream.py`` it lost
+everywhere, e.g. 23,098 against 30,939 steady rows/s on ``local[2]`` and
+20,748 against 27,619 on ``local-cluster[2,1,1024]``, with 19-20 us of
+driver time per row against 2.4-2.5.
 
-* ``executor`` (default): the runner's consumer is an acquire-only one
-  (``client.share.acquirer``): it keeps the AcquiredRecords ranges of each
-  ShareFetch answer -- (first, last, delivery count) -- and never decodes a
-  record. A batch's tasks are those ranges (``client.spark.acquired``: a
-  few numbers per task, identical on every retry); each executor task
-  fetches its ranges from the partition leader with plain Fetch, keeps
-  exactly the acquired offsets with their delivery counts and builds Arrow.
-  The driver's cost per batch does not grow with its rows, and executors
-  add throughput. A record deleted between the acquire and the read follows
-  ``failOnDataLoss``.
-* ``driver``: the runner decodes the records and each planned partition
-  carries its rows as Arrow IPC bytes. One process decodes and ships the
-  stream, but a batch's tasks need no connection to the broker: it wins for
-  tiny batches, where a task's Fetch round costs more than shipping the rows.
-
-Either way a micro-batch is at most what one poll returns: one ShareFetch
+A micro-batch is at most what one poll returns: one ShareFetch
 answer, i.e. at most ``kafka.fetch.max.bytes`` (the broker splits it evenly
 across the partitions) and at most the group's
 ``share.partition.max.record.locks`` records per partition (the in-flight
@@ -47,7 +45,7 @@ How it maps onto Spark's Python stream-reader protocol (pyspark 4.x):
 
 * Spark calls ``initialOffset``, ``latestOffset``, ``partitions`` and
   ``commit`` on the driver, in one long-lived "runner" process per query run,
-  from its main thread. ``ShareRunner`` holds the ``AsyncShareConsumer``
+  from its main thread. ``ShareRunner`` holds the ``AsyncShareAcquirer``
   (explicit acknowledgement) on its own asyncio loop in a daemon thread and
   the ``BatchLedger`` (shoal/client/spark/ledger.py); Spark's calls are submitted
   to that loop and waited for.
@@ -61,11 +59,10 @@ How it maps onto Spark's Python stream-reader protocol (pyspark 4.x):
   ShareFetch or go out at once, unawaited: one that fails leaves the record
   with the broker, which delivers it again.
 * ``partitions(start, end)`` returns the batch's tasks: its acquired ranges
-  per partition (up to 64k offsets a task), or its held records in
-  (topic, partition, offset) order cut into tasks of about 16k rows (at least
-  ``minPartitions``), so retries and repeated actions see identical rows.
-  The tasks (and the driver path's Arrow payloads) are built on a thread as soon as
-  ``latestOffset`` planned the batch, while Spark writes its offset log. A
+  per partition (up to 64k offsets a task, at least ``minPartitions``
+  tasks), so retries and repeated actions see identical rows. The tasks are
+  built on a thread as soon as ``latestOffset`` planned the batch, while
+  Spark writes its offset log. A
   replayed batch that this process does not hold (a restarted query
   re-running its last planned batch) yields nothing: its records were
   released when the old process ended and the broker delivers them again.
@@ -83,10 +80,11 @@ How it maps onto Spark's Python stream-reader protocol (pyspark 4.x):
 Options: ``kafka.bootstrap.servers``, ``subscribe``, ``kafka.group.id`` (the
 share group), ``maxRecordsPerTrigger``, ``includeHeaders``, ``minPartitions``,
 ``share.lock.renew``, ``share.poll.timeout.ms`` (how long one trigger waits
-for records, default 500), ``shoal.read.path`` (executor | driver),
-``failOnDataLoss`` (executor path; default true), ``startingOffsets`` (earliest | latest: sets the
-group's ``share.auto.offset.reset``, which applies to partitions the group
-has no state for yet), and ``kafka.*`` share consumer settings.
+for records, default 500), ``failOnDataLoss`` (default true),
+``startingOffsets`` (earliest | latest: sets the group's
+``share.auto.offset.reset``, which applies to partitions the group has no
+state for yet), and ``kafka.*`` share consumer settings. ``shoal.read.path``
+is accepted only as ``executor`` (see ``client.spark.options``).
 ``Trigger.AvailableNow`` is supported (the reader mixes in
 SupportsTriggerAvailableNow): a share group has no end offset to aim at, so
 the query ends at the first trigger whose poll finds nothing.
@@ -105,7 +103,6 @@ import uuid
 import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
-from operator import attrgetter
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -116,15 +113,13 @@ from shoal.client.core.config import ADMIN_OPTIONS, Config
 from shoal.client.core.errors import IllegalStateError
 from shoal.client.spark.ledger import BatchLedger, key_of, make_offset, parse_offset
 from shoal.client.spark.options import SourceOptions
-from shoal.client.spark.rows import RowColumns, arrow_schema, from_ipc, to_ipc
 
-__all__ = ["RecordsPartition", "ShareRunner", "ShoalStreamReader"]
+__all__ = ["ShareRunner", "ShoalStreamReader"]
 
 log = logging.getLogger("shoal.spark")
 
 _DEFAULT_LOCK_MS = 30000
-_ROWS_PER_TASK = 16384
-_EXEC_ROWS_PER_TASK = 65536  # a task fetches its own records: fewer, larger tasks
+_ROWS_PER_TASK = 65536  # a task fetches its own records: few, large tasks
 _CLOSE_BUDGET_S = 10.0
 
 # Runners alive in this process, for the SIGTERM handler (a signal handler is
@@ -134,18 +129,6 @@ _previous_sigterm: Any = None
 _terminating = False
 
 
-class RecordsPartition(InputPartition):
-    """One Spark task of a stream batch: its rows as Arrow IPC bytes."""
-
-    def __init__(self, batch_id: int, first: str, index: int, rows: int, payload: bytes) -> None:
-        super().__init__((batch_id, index, first, rows))
-        self.payload = payload
-
-    def __repr__(self) -> str:
-        batch_id, index, first, rows = self.value
-        return f"RecordsPartition(batch {batch_id} task {index}: {rows} rows from {first})"
-
-
 class ShareRunner:
     """The share consumer of one stream reader, on its own loop thread (see module doc)."""
 
@@ -153,7 +136,7 @@ class ShareRunner:
         self.options = options
         self.config = config
         self.run_id = uuid.uuid4().hex
-        self.ledger = BatchLedger(ranges=options.read_path == "executor")
+        self.ledger = BatchLedger()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="shoal-share-runner", daemon=True)
         self._consumer: Any = None
@@ -177,14 +160,12 @@ class ShareRunner:
 
     async def _start(self) -> None:
         from shoal.client.share.acquirer import AsyncShareAcquirer
-        from shoal.client.share.consumer import AsyncShareConsumer
 
         self._lock = asyncio.Lock()
         if self.options.starting is not None:
             await self._set_auto_offset_reset(self.options.starting.kind)
-        # The executor path acquires ranges and never decodes a record here.
-        kind = AsyncShareAcquirer if self.options.read_path == "executor" else AsyncShareConsumer
-        consumer = kind(dict(self.config))
+        # Ranges are acquired here; the records are read and decoded by the executors.
+        consumer = AsyncShareAcquirer(dict(self.config))
         consumer.set_acknowledgement_commit_callback(self._on_acknowledged)
         await consumer.start()
         consumer.subscribe(list(self.options.topics))
@@ -401,8 +382,8 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options.for_stream()
         self.config = self.options.stream_client_config()
-        # what executor tasks connect with (read path "executor")
-        self.fetch_config = self.options.stream_fetch_config() if self.options.read_path == "executor" else None
+        # what executor tasks connect with
+        self.fetch_config = self.options.stream_fetch_config()
         self.schema = schema
         self._runner: ShareRunner | None = None
         # batch id -> its tasks, or the Future of their build (started when the batch is planned)
@@ -451,7 +432,7 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _build_soon(self, runner: ShareRunner, batch_id: int) -> Future:
         """Build the new batch's tasks on a thread: Spark writes its offset log before it asks
-        for ``partitions``, and that time is better spent on the Arrow payloads than waiting."""
+        for ``partitions``, and that time is better spent planning than waiting."""
         fut: Future = Future()
 
         def build() -> None:
@@ -484,33 +465,12 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out += tasks
         return out
 
-    def _build(self, batch_id: int, records: list[Any]) -> list[InputPartition]:
-        """The batch's tasks: its acquired ranges (read path ``executor``), or its rows in offset
-        order per topic-partition as Arrow payloads (``driver``).
+    def _build(self, batch_id: int, ranges: list[Any]) -> list[InputPartition]:
+        """The batch's tasks: its acquired ranges, about ``_ROWS_PER_TASK`` offsets a task and at
+        least ``minPartitions`` tasks (per-task overhead, not rows, dominates small tasks)."""
+        from shoal.client.spark.acquired import plan_acquired
 
-        Tasks hold about ``_ROWS_PER_TASK`` rows (``_EXEC_ROWS_PER_TASK`` offsets;
-        at least ``minPartitions`` tasks): per-task overhead, not rows, dominates
-        small tasks.
-        """
-        if self.options.read_path == "executor":
-            from shoal.client.spark.acquired import plan_acquired
-
-            return list(plan_acquired(batch_id, records, self.options.min_partitions or 1, _EXEC_ROWS_PER_TASK))
-        records = sorted(records, key=attrgetter("topic", "partition", "offset"))
-        n = len(records)
-        tasks = min(n, max(self.options.min_partitions or 1, -(-n // _ROWS_PER_TASK)))
-        columns = RowColumns(arrow_schema(self.schema))
-        out: list[InputPartition] = []
-        for i in range(tasks):
-            chunk = records[n * i // tasks : n * (i + 1) // tasks]
-            columns.extend(chunk)
-            first = chunk[0]
-            out.append(
-                RecordsPartition(
-                    batch_id, f"{first.topic}-{first.partition}@{first.offset}", i, len(chunk), to_ipc(columns.batch())
-                )
-            )
-        return out
+        return list(plan_acquired(batch_id, ranges, self.options.min_partitions or 1, _ROWS_PER_TASK))
 
     def _forget_payloads(self, upto: int) -> None:
         for bid in [b for b in self._payloads if b <= upto]:
@@ -529,13 +489,9 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executors ----------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if isinstance(partition, RecordsPartition):
-            yield from from_ipc(partition.payload)
-            return
         from shoal.client.spark.acquired import AcquiredPartition, read_acquired
 
-        if isinstance(partition, AcquiredPartition):
-            assert self.fetch_config is not None
-            yield from read_acquired(
-                self.fetch_config, partition, self.schema, fail_on_data_loss=self.options.fail_on_data_loss
-            )
+        assert isinstance(partition, AcquiredPartition), partition
+        yield from read_acquired(
+            self.fetch_config, partition, self.schema, fail_on_data_loss=self.options.fail_on_data_loss
+        )
