@@ -1,6 +1,6 @@
 """Produce/fetch throughput and latency of a Shoal broker, next to raw loopback.
 
-Run: python benchmarks/produce_fetch.py [--quick] [--metrics on|off|both]
+Run: python benchmarks/produce_fetch.py [--quick] [--metrics on|off|both] [--profile FILE]
 
 --metrics both measures only what /metrics costs: codec-pump produce (acks=1
 and -1), librdkafka produce of 1 KiB records and codec-pump fetch on a broker
@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from metrics_overhead import MB_MOVED, Scraper, alternate, broker_pair  # noqa: E402
+from py_spy_profile import start_profile, stop_profile, summarize_profile  # noqa: E402
 
 from tests.support.brokers import BrokerProcess  # noqa: E402
 
@@ -676,6 +677,11 @@ def main() -> None:
         help="only fetch MB/s of Fetch v3 (old clients: stored batches down-converted to magic 1 message sets) "
         "next to Fetch v12 of the same data (16 KiB and 1 KiB records, uncompressed)",
     )
+    ap.add_argument(
+        "--profile",
+        default="",
+        help="py-spy the broker of the produce and fetch rows into this raw file; print its top frames",
+    )
     args = ap.parse_args()
     if args.downconversion:
         downconversion(args.quick)
@@ -708,6 +714,8 @@ def main() -> None:
             overrides.append("shoal.http.listeners=")
         b = BrokerProcess(Path(tmp) / "data", overrides)
         b.start()
+        assert b.proc is not None
+        spy = start_profile(b.proc.pid, args.profile) if args.profile else None
         scraper = Scraper(b.http_port) if args.metrics == "on" else None
         try:
             bs = b.bootstrap
@@ -764,7 +772,11 @@ def main() -> None:
         finally:
             if scraper is not None:
                 print(f"\n/metrics scraped {scraper.stop()} times during the run")
+            if spy is not None:
+                stop_profile(spy)
             b.stop()
+    if args.profile:
+        summarize_profile(args.profile, 25)
     added, cancelled = timer_figures()
     print(f"\ntiming wheel: 1M adds {added:.2f} s, 1M cancels {cancelled:.2f} s")
 
