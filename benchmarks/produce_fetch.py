@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from metrics_overhead import MB_MOVED, Scraper, alternate, broker_pair  # noqa: E402
 from py_spy_profile import start_profile, stop_profile, summarize_profile  # noqa: E402
+from share_common import cpu_seconds  # noqa: E402
 
 from tests.support.brokers import BrokerProcess  # noqa: E402
 
@@ -728,7 +729,10 @@ def main() -> None:
             create_topic(bs, "bench-latency")
             med, p99 = latency(bs, "bench-latency", 300 if args.quick else 1000)
             print(f"produce-to-consume latency at ~200 records/s: median {med:.2f} ms, p99 {p99:.2f} ms\n")
-            print(f"{'producer':14} {'record':>7} {'acks':>4} {'MB/s':>8} {'records/s':>10} {'vs raw':>7}")
+            print(
+                f"{'producer':14} {'record':>7} {'acks':>4} {'MB/s':>8} {'records/s':>10} {'vs raw':>7}"
+                f" {'broker CPU':>11}\n{'':>49} {'ms per MB':>11}"
+            )
             fetch_topic = None
             fetch_bytes = 0
             produced: list[tuple[str, str, float]] = []  # (row, acks, bytes/s) against the file reference
@@ -744,11 +748,13 @@ def main() -> None:
                         vol = volume if size > 1024 else small_volume
                         if name != "confluent":
                             vol //= 2
+                        cpu0 = cpu_seconds(b.proc.pid)
                         elapsed, n = fn(bs, topic, size, vol, acks)
+                        cpu_ms_per_mb = (cpu_seconds(b.proc.pid) - cpu0) * 1000 / (n * size / MIB)
                         rate = n * size / elapsed
                         print(
                             f"{name:14} {size // 1024:>5}Ki {acks:>4} {rate / MIB:8.1f} {n / elapsed:10.0f} "
-                            f"{rate / raw:6.0%}"
+                            f"{rate / raw:6.0%} {cpu_ms_per_mb:11.2f}"
                         )
                         if name == "confluent" and size > 1024 and acks == "1":
                             fetch_topic, fetch_bytes = topic, n * size
@@ -758,9 +764,14 @@ def main() -> None:
             for acks in (1, -1):
                 topic = f"bench-pump-{acks}"
                 create_topic(bs, topic)
+                cpu0 = cpu_seconds(b.proc.pid)
                 rate, written = codec_pump_produce(bs, topic, acks, volume * 2)
+                cpu_ms_per_mb = (cpu_seconds(b.proc.pid) - cpu0) * 1000 / (written / MIB)
                 pumped = pumped or written
-                print(f"{'codec pump':14} {16:>5}Ki {acks:>4} {rate / MIB:8.1f} {rate / 16384:10.0f} {rate / raw:6.0%}")
+                print(
+                    f"{'codec pump':14} {16:>5}Ki {acks:>4} {rate / MIB:8.1f} {rate / 16384:10.0f} {rate / raw:6.0%}"
+                    f" {cpu_ms_per_mb:11.2f}"
+                )
                 produced.append(("codec pump 16 KiB", "1" if acks == 1 else "all", rate))
             assert fetch_topic is not None
             # After the produce rows, so it cannot disturb them: storing new bytes as things

@@ -262,7 +262,7 @@ def main() -> None:
             )
             print(
                 f"  {'members x partitions':<21} {'delivered/s':>12} {'acked/s':>10} {'fetches':>8} {'empty':>6}"
-                f" {'broker CPU':>10} {'client CPU':>10}  checks"
+                f" {'broker CPU':>10} {'ms/1k acked':>11} {'client CPU':>10}  checks"
             )
             runs: list[tuple[str, ShareRun, bool]] = []  # (label, run, the target applies)
             scenarios = [(1, "q1", 1, hwm1, 50), (4, "q1", 1, hwm1, 50), (16, "q1", 1, hwm1, 50),
@@ -281,7 +281,8 @@ def main() -> None:
                 ok &= r.ok
                 print(
                     f"  {label:<21} {n / r.deliver_s:12,.0f} {n / r.ack_s:10,.0f}"
-                    f" {t.fetches:8} {t.empty_fetches:6} {r.broker_cpu:10.0%} {r.client_cpu:10.0%}  {checks}"
+                    f" {t.fetches:8} {t.empty_fetches:6} {r.broker_cpu:10.0%}"
+                    f" {r.broker_cpu * r.ack_s / n * 1e6:11.2f} {r.client_cpu:10.0%}  {checks}"
                 )
             print(
                 f"  classic Fetch, codec, 1 connection, 1 MiB/partition:  1 partition {ref_rate:10,.0f} /s"
