@@ -140,12 +140,17 @@ def share_fetch_buckets(http_port: int) -> dict[float, float]:
         return {}
     import urllib.request
 
+    from prometheus_client.parser import text_string_to_metric_families
+
     text = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
     got: dict[float, float] = {}
-    for line in text.splitlines():
-        if line.startswith("kafka_network_requestmetrics_totaltimems_bucket{") and 'request="ShareFetch"' in line:
-            le = line.split('le="', 1)[1].split('"', 1)[0]
-            got[float(le)] = got.get(float(le), 0.0) + float(line.rsplit(" ", 1)[1])
+    for family in text_string_to_metric_families(text):
+        if family.name != "kafka_network_requestmetrics_totaltimems":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket") and sample.labels.get("request") == "ShareFetch":
+                le = float(sample.labels["le"])
+                got[le] = got.get(le, 0.0) + sample.value
     return got
 
 

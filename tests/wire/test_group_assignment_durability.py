@@ -18,6 +18,7 @@ from shoal.broker.broker import Broker
 from shoal.broker.config.settings import BrokerConfig
 from shoal.broker.groups.classic import GroupState, JoinParams
 from shoal.protocol.errors import ErrorCode
+from tests.support.flush_gate import FlushGate
 
 GID = "durable-sync"
 
@@ -39,47 +40,9 @@ async def start_broker(data_dir: Path) -> Broker:
     return broker
 
 
-class FlushGate:
+def group_log_gate(broker: Broker) -> FlushGate:
     """Holds the durability of __consumer_offsets writes until released (others flush normally)."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.flusher = broker.flusher
-        self.real = broker.flusher.flush
-        self.log = broker.groups.runtime.partition(0).log
-        self.held: list[tuple[asyncio.Future, asyncio.Future]] = []
-        self.flusher.flush = self._flush  # instance attribute: only this broker, only this test
-
-    def _flush(self, log_, offset: int, into=None):
-        if log_ is not self.log:
-            return self.real(log_, offset, into)
-        real = self.real(log_, offset)
-        gated = asyncio.get_running_loop().create_future()
-        self.held.append((real, gated))
-        if into is None:
-            return gated
-        # a caller's own waiter (Flusher.flush(into=...)) is told when the gate opens
-        gated.add_done_callback(lambda f: into.set_exception(f.exception()) if f.exception() else into.set_result(None))
-        return into
-
-    async def wait_held(self, timeout: float = 5.0) -> None:
-        """Until a write asked for its fsync (the append itself runs on the log writer thread first)."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while not self.held and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.001)
-
-    async def release(self, error: BaseException | None = None) -> None:
-        await self.wait_held()
-        held, self.held = self.held, []
-        for real, gated in held:
-            await real  # the bytes really are on disk before we say so
-            if error is None:
-                gated.set_result(None)
-            else:
-                gated.set_exception(error)
-        await asyncio.sleep(0)
-
-    def close(self) -> None:
-        del self.flusher.flush
+    return FlushGate(broker, broker.groups.runtime.partition(0).log)
 
 
 def params(member_id: str = "") -> JoinParams:
@@ -106,7 +69,7 @@ async def sync(broker: Broker, member: str, gen: int, assignments: dict[str, byt
 
 async def test_follower_sync_held_until_the_assignment_is_durable_then_restored(tmp_path) -> None:
     broker = await start_broker(tmp_path)
-    gate = FlushGate(broker)
+    gate = group_log_gate(broker)
     try:
         leader, follower, gen = await completing_group(broker)
         group = broker.groups.runtime.shards[0].groups[GID]
@@ -137,7 +100,7 @@ async def test_follower_sync_held_until_the_assignment_is_durable_then_restored(
 
 async def test_failed_assignment_write_answers_not_coordinator_and_rebalances(tmp_path) -> None:
     broker = await start_broker(tmp_path)
-    gate = FlushGate(broker)
+    gate = group_log_gate(broker)
     try:
         leader, follower, gen = await completing_group(broker)
         group = broker.groups.runtime.shards[0].groups[GID]

@@ -16,38 +16,10 @@ from shoal.broker.config.settings import BrokerConfig
 from shoal.client.core.conn import BrokerConnection
 from shoal.protocol.api import api_by_name
 from shoal.protocol.records import build_batch
+from tests.support.flush_gate import FlushGate
 
 TOPIC = "dup-durable"
 PR = api_by_name("Produce").request_class()
-
-
-class PartitionFlushGate:
-    """Holds fsync completions of one log until released."""
-
-    def __init__(self, broker: Broker, log_) -> None:
-        self.flusher = broker.flusher
-        self.real = broker.flusher.flush
-        self.log = log_
-        self.held: list[tuple[asyncio.Future, asyncio.Future]] = []
-        self.flusher.flush = self._flush  # instance attribute: this broker only
-
-    def _flush(self, log_, offset: int, into=None):
-        if log_ is not self.log:
-            return self.real(log_, offset, into)
-        real = self.real(log_, offset)
-        gated = asyncio.get_running_loop().create_future()
-        self.held.append((real, gated))
-        if into is None:
-            return gated
-        # a caller's own waiter (Flusher.flush(into=...)) is told when the gate opens
-        gated.add_done_callback(lambda f: into.set_exception(f.exception()) if f.exception() else into.set_result(None))
-        return into
-
-    async def release(self) -> None:
-        held, self.held = self.held, []
-        for real, gated in held:
-            await real
-            gated.set_result(None)
 
 
 def produce_body(batch: bytes) -> PR:
@@ -67,7 +39,7 @@ async def test_retried_batch_waits_for_the_originals_fsync(tmp_path: Path) -> No
     try:
         broker.topics.create(TOPIC, 1, {})
         port = broker.server.bound[0][1]
-        gate = PartitionFlushGate(broker, broker.topics.partition(TOPIC, 0).log)
+        gate = FlushGate(broker, broker.topics.partition(TOPIC, 0).log)
         first = await BrokerConnection.connect("127.0.0.1", port)
         retry = await BrokerConnection.connect("127.0.0.1", port)
         ip = await first.request(
@@ -87,9 +59,9 @@ async def test_retried_batch_waits_for_the_originals_fsync(tmp_path: Path) -> No
         duplicate = retry.send("Produce", produce_body(batch), version=9)
         await asyncio.sleep(0.3)
         assert not duplicate.done(), "a retry was acknowledged before the original was durable"
-        await gate.release()
+        await gate.release(wait=False)
         await asyncio.sleep(0)
-        await gate.release()  # the retry's own wait, if it queued one after the first release
+        await gate.release(wait=False)  # the retry's own wait, if it queued one after the first release
         a, b = await asyncio.wait_for(asyncio.gather(original, duplicate), 10)
         pa, pb = a.responses[0].partition_responses[0], b.responses[0].partition_responses[0]
         assert pa.error_code == pb.error_code == 0

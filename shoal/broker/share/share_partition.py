@@ -494,20 +494,19 @@ class SharePartition:
         """Acquire (or archive, without data) the available offsets of [a, b] in range `u`;
         returns the next offset to look at. A range whose records failed often is handed out
         alone and in shrinking parts (:mod:`broker.share.poison`)."""
+        first = u.first_available(a, b)  # what comes before it is not acquirable
+        if first is None:
+            return b + 1
         limit = self.delivery_count_limit
-        runs: Iterable[Run]
+        # Without back-off and with no count near the poison threshold, the runs are read only as
+        # far as this fetch takes (a 30,000-record batch handed out 5 records at a time was
+        # scanned whole for every fetch before); otherwise the throttle needs them all.
+        bounded = not self._holds and has_data and u.max_count() < poison.threshold(limit)
+        cap = max(1, acq.max_records - acq.taken) if bounded and not acq.batch_optimized else None
+        runs: Iterable[Run] = (r for r in u.runs(first, b, cap) if r[2] == AVAILABLE and r[6] is None)
         held = None
-        if not self._holds and has_data and u.max_count() < poison.threshold(limit):
-            # No back-off and no run near the poison threshold: the runs are read from the
-            # first available offset and only as far as this fetch takes (a 30,000-record
-            # batch handed out 5 records at a time was scanned whole for every fetch before).
-            first = u.first_available(a, b)
-            if first is None:
-                return b + 1
-            cap = None if acq.batch_optimized else max(1, acq.max_records - acq.taken)
-            runs = (r for r in u.runs(first, b, cap) if r[2] == AVAILABLE and r[6] is None)
-        else:
-            runs = [r for r in u.runs(a, b) if r[2] == AVAILABLE and r[6] is None]
+        if not bounded:
+            runs = list(runs)
             if self._holds and runs:  # back-off: only the parts whose wait is over
                 now = acq.deadline - self.lock_duration_ms
                 runs = [(p, q, *r[2:]) for r in runs for p, q in self._holds.free(r[0], r[1], now)]
