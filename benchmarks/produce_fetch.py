@@ -17,12 +17,16 @@ Starts a broker process (temporary data dir, 127.0.0.1, free port) and prints:
   * the same produce with our codec as the client (pre-built 1 MiB batches,
     8 requests in flight): what the broker itself sustains when the client
     is not the limit;
-  * context, measured after the produce rows: the same loopback with the
+  * the produce reference (issue #21), measured before and again after the
+    produce rows (benchmarks/loopback_refs.py): the same loopback with the
     server os.writing every byte into a new file — what storing new bytes
     costs at that point of the run. On a VM whose fresh page-cache pages
     fault in slowly once recently freed memory is used up, it drops to a few
-    hundred MB/s, and so does any produce that runs in that state;
-  * fetch MB/s (librdkafka consumer, and our codec with 32 MiB and 8 MiB
+    hundred MB/s, and so does any produce that runs in that state. After the
+    rows also the same made durable (a second thread fdatasyncing in back to
+    back rounds): the most acks=-1 can reach. Every confluent and codec-pump
+    row as a share of each, and the broker's CPU ms per MB for every row;
+  * fetch MB/s (librdkafka consumer, and our codec with 32, 8 and 1 MiB
     fetches: on this VM the larger answers measured slower, also with a
     minimal mmap-and-write server in place of the broker);
   * each figure as a share of raw loopback;
@@ -34,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing as mp
 import os
 import socket
 import statistics
@@ -48,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from loopback_refs import loopback_into_file, raw_loopback  # noqa: E402
 from metrics_overhead import MB_MOVED, Scraper, alternate, broker_pair  # noqa: E402
 from py_spy_profile import start_profile, stop_profile, summarize_profile  # noqa: E402
 from share_common import cpu_seconds  # noqa: E402
@@ -56,167 +60,6 @@ from tests.support.brokers import BrokerProcess  # noqa: E402
 
 QUIET = {"log_level": 3}
 MIB = 1 << 20
-
-
-# -- raw loopback -------------------------------------------------------------------
-
-
-def _sink_server(port_q: mp.Queue, seconds: float) -> None:
-    import uvloop
-
-    class Sink(asyncio.Protocol):
-        def data_received(self, data: bytes) -> None:
-            pass
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        srv = await loop.create_server(Sink, "127.0.0.1", 0)
-        port_q.put(srv.sockets[0].getsockname()[1])
-        await asyncio.sleep(seconds + 5)
-        srv.close()
-
-    uvloop.run(main())
-
-
-def _pump_client(port: int, seconds: float, out_q: mp.Queue) -> None:
-    import uvloop
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-
-        class Pump(asyncio.Protocol):
-            def connection_made(self, transport: asyncio.BaseTransport) -> None:
-                self.t = transport
-
-            def pause_writing(self) -> None:
-                self.paused = loop.create_future()
-
-            def resume_writing(self) -> None:
-                self.paused.set_result(None)
-
-        transport, proto = await loop.create_connection(Pump, "127.0.0.1", port)
-        proto.paused = None
-        chunk = os.urandom(MIB)
-        sent = 0
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            transport.write(chunk)
-            sent += MIB
-            if proto.paused is not None and not proto.paused.done():
-                await proto.paused
-        elapsed = time.perf_counter() - start
-        transport.close()
-        out_q.put(sent / elapsed)
-        done.set_result(None)
-
-    uvloop.run(main())
-
-
-def raw_loopback(seconds: float) -> float:
-    ctx = mp.get_context("spawn")
-    port_q: mp.Queue = ctx.Queue()
-    out_q: mp.Queue = ctx.Queue()
-    srv = ctx.Process(target=_sink_server, args=(port_q, seconds))
-    srv.start()
-    port = port_q.get(timeout=20)
-    cli = ctx.Process(target=_pump_client, args=(port, seconds, out_q))
-    cli.start()
-    rate = out_q.get(timeout=seconds + 30)
-    cli.join()
-    srv.terminate()
-    srv.join()
-    return rate
-
-
-def _file_sink_server(port_q: mp.Queue, out_q: mp.Queue, path: str, total: int) -> None:
-    """Receive `total` bytes into one reused buffer and os.write them to `path`."""
-    import uvloop
-
-    class FileSink(asyncio.BufferedProtocol):
-        def __init__(self) -> None:
-            self.buf = bytearray(MIB)
-            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            self.got = 0
-            self.start = 0.0
-
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport = transport
-            self.start = time.perf_counter()
-
-        def get_buffer(self, sizehint: int) -> memoryview:
-            return memoryview(self.buf)
-
-        def buffer_updated(self, nbytes: int) -> None:
-            view = memoryview(self.buf)[:nbytes]
-            while view:
-                view = view[os.write(self.fd, view) :]
-            self.got += nbytes
-            if self.got >= total:
-                out_q.put(self.got / (time.perf_counter() - self.start))
-                self.transport.close()
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        srv = await loop.create_server(FileSink, "127.0.0.1", 0)
-        port_q.put(srv.sockets[0].getsockname()[1])
-        await asyncio.sleep(300)
-
-    uvloop.run(main())
-
-
-def _bytes_pump_client(port: int, total: int) -> None:
-    import uvloop
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-
-        class Pump(asyncio.Protocol):
-            paused: asyncio.Future | None = None
-
-            def pause_writing(self) -> None:
-                self.paused = loop.create_future()
-
-            def resume_writing(self) -> None:
-                if self.paused is not None:
-                    self.paused.set_result(None)
-
-            def connection_lost(self, exc: Exception | None) -> None:
-                if not done.done():
-                    done.set_result(None)
-
-        transport, proto = await loop.create_connection(Pump, "127.0.0.1", port)
-        chunk = os.urandom(MIB)
-        for _ in range(-(-total // MIB)):
-            transport.write(chunk)
-            if proto.paused is not None and not proto.paused.done():
-                await proto.paused
-        await done
-
-    uvloop.run(main())
-
-
-def loopback_into_file(directory: str, total: int) -> float:
-    """Raw loopback whose server also writes what it receives into a file: bytes/s."""
-    ctx = mp.get_context("spawn")
-    port_q: mp.Queue = ctx.Queue()
-    out_q: mp.Queue = ctx.Queue()
-    path = os.path.join(directory, f"loopback-into-file-{time.monotonic_ns()}")  # a new file each time
-    srv = ctx.Process(target=_file_sink_server, args=(port_q, out_q, path, total))
-    srv.start()
-    try:
-        port = port_q.get(timeout=20)
-        cli = ctx.Process(target=_bytes_pump_client, args=(port, total))
-        cli.start()
-        rate = out_q.get(timeout=300)
-        cli.join(30)
-    finally:
-        srv.terminate()
-        srv.join()
-        if os.path.exists(path):
-            os.unlink(path)
-    return rate
 
 
 # -- producers ----------------------------------------------------------------------
@@ -777,14 +620,23 @@ def main() -> None:
             # After the produce rows, so it cannot disturb them: storing new bytes as things
             # stand now, with the runs above in the page cache.
             into_file = loopback_into_file(tmp, volume * 2)
+            # What acks=-1 can reach at most: the same, with the bytes fdatasynced as they come.
+            into_disk = loopback_into_file(tmp, volume * 2, durable=True)
             print(
                 f"\nreference: loopback whose server os.writes all it gets into a new file: "
                 f"before the produce rows {into_file_before / MIB:8.1f} MB/s ({into_file_before / raw:.0%} of raw), "
-                f"after them {into_file / MIB:8.1f} MB/s ({into_file / raw:.0%} of raw)"
+                f"after them {into_file / MIB:8.1f} MB/s ({into_file / raw:.0%} of raw); "
+                f"the same made durable (fdatasync rounds back to back) {into_disk / MIB:8.1f} MB/s"
             )
-            print(f"{'produce (goal >= 0.8 of the reference)':40} {'acks':>4} {'MB/s':>8} {'/before':>8} {'/after':>7}")
+            print(
+                f"{'produce (goal >= 0.8 of the reference)':40} {'acks':>4} {'MB/s':>8} {'/before':>8} {'/after':>7}"
+                f" {'/durable':>8}"
+            )
             for row, acks_, rate in produced:
-                print(f"{row:40} {acks_:>4} {rate / MIB:8.1f} {rate / into_file_before:8.2f} {rate / into_file:7.2f}")
+                print(
+                    f"{row:40} {acks_:>4} {rate / MIB:8.1f} {rate / into_file_before:8.2f} {rate / into_file:7.2f}"
+                    f" {rate / into_disk:8.2f}"
+                )
             print()
             rate = fetch_confluent(bs, fetch_topic, fetch_bytes)
             print(f"fetch, confluent consumer (16 KiB records): {rate / MIB:8.1f} MB/s  {rate / raw:6.0%} of raw")

@@ -18,7 +18,16 @@ from pathlib import Path
 
 def start_profile(pid: int, path: str) -> subprocess.Popen:
     spy = Path(sys.executable).with_name("py-spy")
-    cmd = [str(spy if spy.exists() else "py-spy"), "record", "--format", "raw", "--nonblocking", "-r", "200"]
+    cmd = [
+        str(spy if spy.exists() else "py-spy"),
+        "record",
+        "--format",
+        "raw",
+        "--nonblocking",
+        "--threads",
+        "-r",
+        "200",
+    ]
     return subprocess.Popen(
         [*cmd, "-o", path, "--pid", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
@@ -59,11 +68,25 @@ _WRAPPERS = {
 }
 
 
+def _thread_of(root: str) -> str | None:
+    """'thread (1234): MainThread' -> 'MainThread'; None when the stack has no thread frame."""
+    if not root.startswith("thread ("):
+        return None
+    name = root.partition("): ")[2]
+    return name.rstrip("0123456789_-") or name or root
+
+
 def summarize_profile(path: str, top: int) -> None:
-    """Self time per frame (with its line) and inclusive time per function of py-spy's raw
-    (collapsed) stacks."""
+    """Samples per thread, then self time per frame (with its line) and inclusive time per
+    function of the event loop's thread, from py-spy's raw (collapsed) stacks.
+
+    py-spy counts a thread blocked on a lock (a queue's ``get``, a condition's wait) as busy,
+    so the writer and fsync threads show their waits as samples: only the loop thread's
+    figures say where the broker's Python time goes."""
+    per_thread: Counter = Counter()
     self_t: Counter = Counter()
     incl: Counter = Counter()
+    other_self: Counter = Counter()
     total = 0
     with open(path) as f:
         for line in f:
@@ -72,16 +95,31 @@ def summarize_profile(path: str, top: int) -> None:
                 continue
             count = int(n)
             frames = stack.split(";")
+            thread = _thread_of(frames[0])
+            if thread is not None:
+                frames = frames[1:] or ["(no Python frame)"]
+            else:
+                thread = "MainThread" if any("Runner.run" in x for x in frames) else "other"
+            per_thread[thread] += count
+            if thread != "MainThread":
+                other_self[f"{thread}: {_frame_name(frames[-1])}"] += count
+                continue
             total += count
             self_t[_frame_name(frames[-1])] += count
             for fr in {_frame_name(x, line=False) for x in frames}:
                 incl[fr] += count
+    print(
+        "  samples per thread (a thread waiting on a lock counts as busy): "
+        + ", ".join(f"{name} {n}" for name, n in per_thread.most_common())
+    )
+    for fr, n in other_self.most_common(4):
+        print(f"    {n:6}  {fr}")
     if not total:
-        print("  (no samples)")
+        print("  (no samples of the event loop's thread)")
         return
-    print(f"  {total} samples of the broker's busy threads; top self time (uvloop's own C code shows as Runner.run):")
+    print(f"  {total} samples of the event loop's thread; top self time (uvloop's own C code shows as Runner.run):")
     for fr, n in self_t.most_common(top):
         print(f"    {n / total:6.1%}  {fr}")
-    print("  top inclusive time per function:")
+    print("  top inclusive time per function (event loop's thread):")
     for fr, n in [(fr, n) for fr, n in incl.most_common() if fr not in _WRAPPERS][:top]:
         print(f"    {n / total:6.1%}  {fr}")

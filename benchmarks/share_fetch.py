@@ -46,7 +46,8 @@ produce-to-delivery <= 10 ms at low load; <= 200 bytes per in-flight record.
 
 --quick: 50k records, 300 latency samples, smaller memory runs (about 30 s
 instead of about 1.5 min on 2 cores). --profile FILE: after the measured runs,
-run the 4-member case once more on a new group under py-spy (raw collapsed
+run the 4-member case once more on a new group (--profile-rounds N: N times,
+each on a new group; --profile-members M: M members) under py-spy (raw collapsed
 stacks to FILE) and print the broker's hottest frames (about 10 s more).
 --metrics both: instead of the above, only what /metrics costs: codec share
 members (1 and 4 on one partition, 16 on 16) acknowledging every record on a
@@ -190,6 +191,9 @@ def main() -> None:
         help="members of the profiled run on one partition (16: why 16 x 1 is slower than 4 x 1)",
     )
     ap.add_argument(
+        "--profile-rounds", type=int, default=1, help="profiled runs, each on a new group (8 gives ~1,000 samples)"
+    )
+    ap.add_argument(
         "--metrics",
         choices=("on", "both"),
         default="on",
@@ -329,14 +333,18 @@ def main() -> None:
             if args.profile:
                 spy = start_profile(pid, args.profile)
                 time.sleep(1.0)
-                members = args.profile_members
-                r = share_run(b, "q1", 1, members, "g-profiled", hwm1)
-                ok &= r.ok
+                members, rounds = args.profile_members, max(1, args.profile_rounds)
+                acked_s = 0.0
+                for i in range(rounds):
+                    r = share_run(b, "q1", 1, members, f"g-profiled-{i}", hwm1)
+                    ok &= r.ok
+                    acked_s += r.ack_s
                 err = stop_profile(spy)
                 print()
                 print(
-                    f"py-spy on the broker during the {members}-member run (acked {n / r.ack_s:,.0f} /s while sampled,"
-                    f" {'ok' if r.ok else 'FAILED'}), raw stacks in {args.profile}:"
+                    f"py-spy on the broker during {rounds} run(s) of {members} members (acked"
+                    f" {rounds * n / acked_s:,.0f} /s while sampled, {'ok' if ok else 'FAILED'}),"
+                    f" raw stacks in {args.profile}:"
                 )
                 if Path(args.profile).exists():
                     summarize_profile(args.profile, 15)
