@@ -99,6 +99,7 @@ class Broker:
         self.log_dir.add_listener(self._on_log_dir_failure)
         self.flusher = Flusher(self.file_ops)
         self.log_writer: ThreadedWriter | None = None  # large produce writes, off the event loop; at start
+        self.coordinator_writer: ThreadedWriter | None = None  # the coordinators' logs: writes and fsyncs
         self._loop: asyncio.AbstractEventLoop | None = None
         self.fetch_sessions = FetchSessionCache(max_slots=config.get("max.incremental.fetch.session.cache.slots"))
         self.producer_ids: ProducerIdManager | None = None
@@ -167,6 +168,13 @@ class Broker:
         self.clean_start = self._take_marker(fresh)
         loop = self._loop = asyncio.get_running_loop()
         self.log_writer = ThreadedWriter(loop, write=self.file_ops.write_all)
+        if self.config.fsync_acks_all:
+            # The coordinators' logs: each write waits for its fsync anyway, so their own thread
+            # writes and fsyncs in one trip (a trip through another thread cost a share
+            # acknowledgement about 14 % of the throughput of 4 members on one partition).
+            self.coordinator_writer = ThreadedWriter(
+                loop, write=self.file_ops.write_all, sync=self.file_ops.fsync, name="shoal-coordinator-writer"
+            )
         self.timer = AsyncTimer(loop, self.clock.monotonic_ms)
         self.fetch_purgatory = Purgatory("Fetch", self.timer)
         self.topics = TopicManager(self.data_dir, self._open_partition, self.config.get("max.partitions"))
@@ -295,6 +303,8 @@ class Broker:
                 unclean = ["(closing the logs failed)"]
         if self.log_writer is not None:
             _step("stopping the log writer", self.log_writer.close)
+        if self.coordinator_writer is not None:
+            _step("stopping the coordinators' log writer", self.coordinator_writer.close)
         if self.timer is not None:
             _step("stopping the timer", self.timer.close)
         if clean:

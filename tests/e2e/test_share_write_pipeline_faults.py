@@ -2,7 +2,7 @@
 
 An acknowledgement is answered once its state write is durable. With a hung
 fsync (``FileOps.stall``) the first write of a share partition stays in flight
-while the next is appended behind it: two writes in flight, the third change
+while the next is sent behind it: two writes in flight, the third change
 queued. Released, they are answered in the order they were made; made to fail
 (an fsync EIO: the log directory goes offline), both are undone, and the
 share partition's memory holds the records as before the acknowledgements --
@@ -91,7 +91,8 @@ async def two_writes_in_flight_one_queued(broker: Broker, mgr, entry) -> tuple[l
                 await until(lambda i=i: entry.pipe.in_flight == i + 1)
         await asyncio.sleep(0.05)
         assert entry.pipe.in_flight == 2 and entry.pipe.queued == 1, "the third write waits for the first"
-        assert state_log.log_end_offset >= state_log.recovery_point + 2, "both in-flight writes are appended"
+        # Both handed to the log (on the coordinators' writer, each waits there for its fsync).
+        assert state_log.pending_end_offset >= state_log.recovery_point + 2, "both in-flight writes are sent"
         assert not any(t.done() for t in tasks), "nothing is answered before its fsync"
     except BaseException:
         release()

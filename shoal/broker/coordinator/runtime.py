@@ -11,7 +11,9 @@ awaiting form):
     answer `result` once the append is durable (group-committed fsync)
 
 Durable means what it means for an acks=-1 produce: fsynced while
-log.flush.interval.ms is unset (Shoal's default, ``fsync_acks_all``), and
+log.flush.interval.ms is unset (Shoal's default, ``fsync_acks_all``; the
+internal topics then have a log writer thread of their own that writes and
+fsyncs each batch in one trip, ``Broker.coordinator_writer``), and
 written to the log (the page cache) once the user chose periodic flushing;
 the internal topic is then fsynced by the flush settings like any other.
 That is Kafka's behaviour: its coordinators append to their partition's

@@ -429,6 +429,9 @@ class PartitionLog(LogReads, LogTrimming):
         if error is None and self._failed is None and not self._closed:
             job.segment.commit(job.batches, job.info.bytes, job.info.last_offset, job.now)
             self._size += job.info.bytes
+            writer = self.writer
+            if writer is not None and writer.syncs:
+                self._mark_synced(job.info.last_offset + 1)
         else:
             if self._failed is None:
                 if error is not None:
@@ -438,6 +441,23 @@ class PartitionLog(LogReads, LogTrimming):
             error = self._failed
         for callback in job.callbacks:
             callback(error)
+
+    def _mark_synced(self, offset: int) -> None:
+        """The writer fsynced the file before reporting this write (a syncing writer, which the
+        coordinators' logs use): with nothing else to sync -- no directory entry, no rolled
+        segment or index file, no older segment past the recovery point -- everything up to
+        ``offset`` is durable. Marked here, a flush of it is answered at once, with no round of
+        the flusher (whose trip through another thread each coordinator write used to wait for).
+        Otherwise the flusher's next round syncs the rest, as for any log."""
+        if self._dir_dirty or self._pending or offset <= self._recovery_point:
+            return
+        segments = self._segments
+        if len(segments) > 1 and segments[-2].next_offset > self._recovery_point:
+            return
+        if self._targets_out == 0:  # as flush_target: no target from before a truncation is out
+            self._rp_cap = None
+        self._targets_out += 1  # a target of our own, which mark_flushed counts down
+        self.mark_flushed(offset, checkpoint=False, fds=[])
 
     def _check_writable(self) -> None:
         self._check_open()

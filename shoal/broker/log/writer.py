@@ -29,6 +29,13 @@ What it promises:
   handed over together at the end of the turn (``call_soon``), and the thread
   joins runs of small ones that follow each other in one file into one
   ``write()``.
+* Syncing (``sync``), for the coordinators' logs: every write there waits
+  for its fsync anyway, so a writer of their own writes and fsyncs in one
+  trip -- everything queued meanwhile written, each file fsynced once, then
+  the jobs reported -- instead of one trip to a writer and another to the
+  flusher's threads (each trip costs GIL hand-overs on a busy loop; the two
+  cost share groups' acknowledged throughput about a tenth). A failed fsync
+  fails the jobs it covered and their channel, as a failed write does.
 * ``wait(channel)`` blocks until every job of the channel is written and
   has had its callback run: for the rare operations that need the file and
   the bookkeeping to agree (roll, truncate, close, delete).
@@ -77,10 +84,13 @@ class ThreadedWriter:
         *,
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         write: Callable[[int, memoryview, int], None] = write_all,
+        sync: Callable[[int], None] | None = None,
+        name: str = "shoal-log-writer",
     ) -> None:
         self._loop = loop
         self.max_inflight = max_inflight
         self._write = write  # (fd, data, start); tests inject failures here
+        self._sync = sync  # (fd): fsync every file written before reporting its jobs (see ``syncs``)
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()  # lists of jobs, or None to stop
         self._staged: list[tuple[WriteChannel, int, memoryview, int, Done]] = []  # this loop turn's
         self._push_scheduled = False
@@ -92,12 +102,17 @@ class ThreadedWriter:
         self._waiting = False
         self._wake_scheduled = False
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="shoal-log-writer", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     @staticmethod
     def channel() -> WriteChannel:
         return WriteChannel()
+
+    @property
+    def syncs(self) -> bool:
+        """Whether a job is reported done only once its file was fsynced after it was written."""
+        return self._sync is not None
 
     @property
     def inflight_bytes(self) -> int:
@@ -158,6 +173,9 @@ class ThreadedWriter:
 
     # -- the writer thread -------------------------------------------------------
     def _run(self) -> None:
+        if self._sync is not None:
+            self._run_syncing()
+            return
         jobs, cond, write = self._jobs, self._cond, self._write
         while True:
             staged = jobs.get()
@@ -201,6 +219,64 @@ class ThreadedWriter:
                     except RuntimeError:  # the loop is closed: nobody is left to tell
                         self._wake_scheduled = False
             del staged, data
+
+    def _run_syncing(self) -> None:
+        """The loop of a writer with ``sync``: every list queued meanwhile is written, then each
+        file written is fsynced once (group commit), then the jobs are reported, the bytes
+        durable. A failed fsync fails every job of that file it covered, and its channel."""
+        jobs, cond, write, sync = self._jobs, self._cond, self._write, self._sync
+        assert sync is not None
+        stop = False
+        while not stop:
+            staged = jobs.get()
+            if staged is None:
+                return
+            while True:  # take what else is queued: one fsync covers it all
+                try:
+                    more = jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                staged = staged + more
+            written: list[tuple[WriteChannel, int, BaseException | None]] = []  # per job
+            for channel, fd, data, start, _ in staged:
+                error = channel.error
+                if error is None:
+                    try:
+                        write(fd, data, start)
+                    except Exception as e:  # noqa: BLE001 - handed to the log, which goes offline
+                        log.error("log write failed (fd %d at %d): %s", fd, start, e)
+                        error = channel.error = e
+                written.append((channel, fd, error))
+            synced: dict[int, BaseException | None] = {}
+            for _channel, fd, error in written:
+                if error is None and fd not in synced:
+                    try:
+                        sync(fd)
+                        synced[fd] = None
+                    except Exception as e:  # noqa: BLE001 - handed to the log, which goes offline
+                        log.error("log fsync failed (fd %d): %s", fd, e)
+                        synced[fd] = e
+            for (channel, fd, error), job in zip(written, staged):
+                if error is None and synced[fd] is not None:
+                    error = synced[fd]
+                    if channel.error is None:
+                        channel.error = error
+                self._done.append((job[4], error))
+                self._written_bytes += len(job[2])
+                channel.finished += 1
+            if self._waiting:
+                with cond:
+                    cond.notify_all()
+            if not self._wake_scheduled:
+                self._wake_scheduled = True
+                try:
+                    self._loop.call_soon_threadsafe(self._deliver)
+                except RuntimeError:  # the loop is closed: nobody is left to tell
+                    self._wake_scheduled = False
+            del staged, written
 
     # -- the owner's thread ------------------------------------------------------
     def _deliver(self) -> None:

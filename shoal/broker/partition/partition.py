@@ -64,6 +64,9 @@ class Topic(Protocol):
     name: str
     configs: Mapping[str, Any]
 
+    @property
+    def internal(self) -> bool: ...  # a coordinator's topic
+
 
 LEADER_EPOCH = 0  # a single node never changes leader: the one leader epoch of every partition
 SNAPSHOT_FILE = "producer-state.snapshot"
@@ -150,7 +153,9 @@ class Partition:
         plog = PartitionLog.open(path, log_config(topic.configs, broker.config), broker.clock.now_ms, clean)
         # Everything written since the last clean shutdown is re-validated after a crash.
         plog.checkpoint_on_flush = False
-        plog.writer = broker.log_writer
+        # The coordinators' topics get the writer that fsyncs each write (Broker.coordinator_writer).
+        coordinator_writer = broker.coordinator_writer
+        plog.writer = coordinator_writer if topic.internal and coordinator_writer is not None else broker.log_writer
         plog.files = broker.file_ops
         plog.log_dir = broker.log_dir
         report = plog.recovery

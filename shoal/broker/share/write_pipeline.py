@@ -2,15 +2,17 @@
 what happens to them when a write ends. Sans-IO.
 
 Why: every acknowledgement of a share partition waits until its change is durable
-in the share coordinator (WriteShareGroupState: an append to __share_group_state,
-then an fsync round). With one write in flight at a time, an acknowledgement that
-arrived while a write was syncing waited for that whole write, then for its own:
+in the share coordinator (WriteShareGroupState: an append to __share_group_state
+and its fsync, both on the coordinators' log writer thread). With one write in
+flight at a time, an acknowledgement that arrived while a write was syncing
+waited for that whole write, then for its own:
 under 32 to 128 members the median wait was 25-37 ms and its tail (a slow fsync
 round, a loop stall) was paid by every acknowledgement queued behind it. Here the
-next write is appended while the previous one's fsync runs, as Kafka's coordinator
-runtime appends a batch at once and answers its writers when the high watermark
-passes it: up to ``depth`` writes are in flight, each made of everything queued
-when it was sent (the ranges overlaid in order, the furthest start offset).
+next write is sent while the previous one's fsync runs (it waits on the writer
+thread and shares the next fsync with whatever else queued meanwhile), as Kafka's
+coordinator runtime appends a batch at once and answers its writers when the high
+watermark passes it: up to ``depth`` writes are in flight, each made of everything
+queued when it was sent (the ranges overlaid in order, the furthest start offset).
 
 Order. Writes are sent in the order their changes were made (the share-partition
 core requires it: reported start offsets only grow), and they are settled in that
