@@ -9,6 +9,8 @@ import asyncio
 import os
 import threading
 
+import pytest
+
 from shoal.broker.log.flusher import Flusher
 from shoal.broker.log.writer import ThreadedWriter
 from tests.unit.test_log_writer import batch, open_log
@@ -34,6 +36,14 @@ class SyncLog:
         os.fsync(fd)
 
 
+@pytest.fixture
+def two_files(tmp_path):
+    fds = [os.open(tmp_path / name, os.O_RDWR | os.O_CREAT) for name in ("a", "b")]
+    yield fds
+    for fd in fds:
+        os.close(fd)
+
+
 async def submit_and_wait(writer: ThreadedWriter, jobs: list[tuple[int, bytes, int]]) -> list:
     """Submit (fd, data, start) jobs on one channel each per fd; their errors, in order, once all are done."""
     loop = asyncio.get_running_loop()
@@ -47,12 +57,13 @@ async def submit_and_wait(writer: ThreadedWriter, jobs: list[tuple[int, bytes, i
     return await asyncio.wait_for(asyncio.gather(*futs), 10)
 
 
-async def test_a_job_is_reported_only_after_its_file_was_synced_with_its_bytes(tmp_path) -> None:
+async def test_a_job_is_reported_only_after_its_file_was_synced_with_its_bytes(two_files) -> None:
     sync = SyncLog()
     writer = ThreadedWriter(asyncio.get_running_loop(), sync=sync)
-    assert writer.syncs and not ThreadedWriter(asyncio.get_running_loop()).syncs
-    a = os.open(tmp_path / "a", os.O_RDWR | os.O_CREAT)
-    b = os.open(tmp_path / "b", os.O_RDWR | os.O_CREAT)
+    plain = ThreadedWriter(asyncio.get_running_loop())
+    assert writer.syncs and not plain.syncs
+    plain.close()
+    a, b = two_files
     try:
         errors = await submit_and_wait(writer, [(a, b"x" * 10, 0), (b, b"y" * 7, 0), (a, b"z" * 5, 10)])
         assert errors == [None, None, None]
@@ -60,8 +71,6 @@ async def test_a_job_is_reported_only_after_its_file_was_synced_with_its_bytes(t
         assert sorted(sync.calls) == sorted([(a, 15), (b, 7)])
     finally:
         writer.close()
-        os.close(a)
-        os.close(b)
 
 
 async def test_what_is_queued_while_a_sync_runs_shares_the_next_one(tmp_path) -> None:
@@ -92,9 +101,8 @@ async def test_what_is_queued_while_a_sync_runs_shares_the_next_one(tmp_path) ->
         os.close(fd)
 
 
-async def test_a_failed_sync_fails_the_jobs_it_covered_and_their_channel_only(tmp_path) -> None:
-    a = os.open(tmp_path / "a", os.O_RDWR | os.O_CREAT)
-    b = os.open(tmp_path / "b", os.O_RDWR | os.O_CREAT)
+async def test_a_failed_sync_fails_the_jobs_it_covered_and_their_channel_only(two_files) -> None:
+    a, b = two_files
     sync = SyncLog(fail_fd=a)
     writer = ThreadedWriter(asyncio.get_running_loop(), sync=sync)
     loop = asyncio.get_running_loop()
@@ -119,8 +127,6 @@ async def test_a_failed_sync_fails_the_jobs_it_covered_and_their_channel_only(tm
         assert os.fstat(a).st_size == 10 and os.fstat(b).st_size == 10
     finally:
         writer.close()
-        os.close(a)
-        os.close(b)
 
 
 async def test_a_synced_write_is_durable_in_the_log_at_once_unless_a_roll_needs_the_flusher(tmp_path) -> None:

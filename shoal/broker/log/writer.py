@@ -176,7 +176,7 @@ class ThreadedWriter:
         if self._sync is not None:
             self._run_syncing()
             return
-        jobs, cond, write = self._jobs, self._cond, self._write
+        jobs, write = self._jobs, self._write
         while True:
             staged = jobs.get()
             if staged is None:
@@ -209,22 +209,26 @@ class ThreadedWriter:
                     self._written_bytes += len(staged[k][2])
                     channel.finished += 1
                 i = j
-                if self._waiting:
-                    with cond:
-                        cond.notify_all()
-                if not self._wake_scheduled:  # the loop takes what is done so far
-                    self._wake_scheduled = True
-                    try:
-                        self._loop.call_soon_threadsafe(self._deliver)
-                    except RuntimeError:  # the loop is closed: nobody is left to tell
-                        self._wake_scheduled = False
+                self._announce()
             del staged, data
+
+    def _announce(self) -> None:
+        """(Writer thread.) Wake a blocked ``wait`` and have the loop take what is done so far."""
+        if self._waiting:
+            with self._cond:
+                self._cond.notify_all()
+        if not self._wake_scheduled:
+            self._wake_scheduled = True
+            try:
+                self._loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # the loop is closed: nobody is left to tell
+                self._wake_scheduled = False
 
     def _run_syncing(self) -> None:
         """The loop of a writer with ``sync``: every list queued meanwhile is written, then each
         file written is fsynced once (group commit), then the jobs are reported, the bytes
         durable. A failed fsync fails every job of that file it covered, and its channel."""
-        jobs, cond, write, sync = self._jobs, self._cond, self._write, self._sync
+        jobs, write, sync = self._jobs, self._write, self._sync
         assert sync is not None
         stop = False
         while not stop:
@@ -267,15 +271,7 @@ class ThreadedWriter:
                 self._done.append((job[4], error))
                 self._written_bytes += len(job[2])
                 channel.finished += 1
-            if self._waiting:
-                with cond:
-                    cond.notify_all()
-            if not self._wake_scheduled:
-                self._wake_scheduled = True
-                try:
-                    self._loop.call_soon_threadsafe(self._deliver)
-                except RuntimeError:  # the loop is closed: nobody is left to tell
-                    self._wake_scheduled = False
+            self._announce()
             del staged, written
 
     # -- the owner's thread ------------------------------------------------------
