@@ -456,8 +456,7 @@ class PartitionLog(LogReads, LogTrimming):
             return
         if self._targets_out == 0:  # as flush_target: no target from before a truncation is out
             self._rp_cap = None
-        self._targets_out += 1  # a target of our own, which mark_flushed counts down
-        self.mark_flushed(offset, checkpoint=False, fds=[])
+        self._advance_recovery_point(offset, checkpoint=False)
 
     def _check_writable(self) -> None:
         self._check_open()
@@ -675,6 +674,12 @@ class PartitionLog(LogReads, LogTrimming):
                 else:
                     refs[fd] = n - 1
         self._targets_out = max(0, self._targets_out - 1)
+        self._advance_recovery_point(offset, checkpoint)
+
+    def _advance_recovery_point(self, offset: int, checkpoint: bool) -> None:
+        """Everything below ``offset`` is durable: move the recovery point, close the pending
+        descriptors it covers (and no round still holds), rewrite the checkpoint if asked."""
+        refs = self._pending_refs
         # Truncated after a target still in flight was taken: cap (errs low, when
         # this target came after the truncation, until no older one is out).
         if self._rp_cap is not None:

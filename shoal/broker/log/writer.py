@@ -243,7 +243,7 @@ class ThreadedWriter:
                 if more is None:
                     stop = True
                     break
-                staged = staged + more
+                staged.extend(more)  # the loop handed these lists over: ours to join
             written: list[tuple[WriteChannel, int, BaseException | None]] = []  # per job
             for channel, fd, data, start, _ in staged:
                 error = channel.error
