@@ -76,6 +76,7 @@ def check(sp: SharePartition) -> None:
         if u.offsets is not None:
             o = u.offsets
             assert len(o.states) == len(o.counts) == len(o.members) == len(o.deadlines) == len(o.pending) == u.size
+            assert o.done == o.states.count(ACKNOWLEDGED) + o.states.count(ARCHIVED), "terminal count drifted"
         if u.last < start:
             assert not u.all_done(), "a finished range below the start was not dropped"
         for a, b, s, c, m, d, p in u.runs(u.first, u.last):

@@ -64,6 +64,11 @@ class OffsetStates:
     # bound): lets an acquisition skip scanning a long batch for counts that reached the
     # poison threshold.
     max_count: int = 0
+    # How many offsets are terminal (ACKNOWLEDGED / ARCHIVED), kept by every write to ``states``:
+    # a share partition's delivery-complete count sums it over its ranges on every change, and
+    # counting each split range's states there cost 8-15 % of a loaded broker's loop (128 members
+    # acquiring 5 records at a time split nearly every batch).
+    done: int = 0
 
     @classmethod
     def uniform(
@@ -76,6 +81,7 @@ class OffsetStates:
             array("q", [deadline]) * n,
             [pending] * n,
             count,
+            n if state in TERMINAL else 0,
         )
 
     def key(self, i: int) -> tuple[int, int, str | None, int, int]:
@@ -155,6 +161,8 @@ class InFlightBatch:
         o = self.split()
         i, j = a - self.first, b - self.first + 1
         n = j - i
+        old = o.states[i:j]
+        o.done += (n if state in TERMINAL else 0) - old.count(ACKNOWLEDGED) - old.count(ARCHIVED)
         o.states[i:j] = bytes((state,)) * n
         o.counts[i:j] = array("H", (count,)) * n
         if count > o.max_count:
@@ -174,6 +182,8 @@ class InFlightBatch:
             return
         o = self.split()
         o.states.extend(bytes((state,)) * n)
+        if state in TERMINAL:
+            o.done += n
         o.counts.extend(array("H", (count,)) * n)
         if count > o.max_count:
             o.max_count = count
@@ -223,7 +233,7 @@ class InFlightBatch:
             return self.state in TERMINAL and self.pending is None
         o = self.offsets
         n = self.size
-        return o.pending.count(None) == n and o.states.count(ACKNOWLEDGED) + o.states.count(ARCHIVED) == n
+        return o.done == n and o.pending.count(None) == n
 
     def first_not_done(self, a: int, token: object | None = None) -> int:
         """The first offset from `a` on that is not terminal, or is pending for a change
@@ -261,7 +271,10 @@ class InFlightBatch:
         a, b = max(a, self.first), min(b, self.last)
         if a > b:
             return 0
-        if self.offsets is None:
+        o = self.offsets
+        if o is None:
             return b - a + 1 if self.state in TERMINAL else 0
-        s = self.offsets.states[a - self.first : b - self.first + 1]
+        if a == self.first and b == self.last:
+            return o.done
+        s = o.states[a - self.first : b - self.first + 1]
         return s.count(ACKNOWLEDGED) + s.count(ARCHIVED)

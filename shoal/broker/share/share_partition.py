@@ -95,7 +95,7 @@ from shoal.broker.share.acquisition import Acquisition as _Acquisition
 from shoal.broker.share.backoff import BackoffPolicy, Holds
 from shoal.broker.share.change import _COMMITTED, _PENDING, AcquiredRange, Change
 from shoal.broker.share.fetched import deliverable_segments
-from shoal.broker.share.in_flight import NO_DEADLINE, InFlightBatch, Run
+from shoal.broker.share.in_flight import NO_DEADLINE, TERMINAL, InFlightBatch, Run
 from shoal.broker.share.key_order import KeyOrder
 from shoal.protocol.constants import (
     ACCEPT,
@@ -306,7 +306,16 @@ class SharePartition:
     def delivery_complete_count(self, from_offset: int | None = None) -> int:
         """Terminal (ACKNOWLEDGED / ARCHIVED) records from the start offset to the end (lag)."""
         lo = self._start if from_offset is None else from_offset
-        return sum(u.terminal_count(lo, self._end) for u in self._units_from(lo))
+        end = self._end
+        total = 0
+        for u in self._units_from(lo):  # every change asks: whole ranges read their kept count
+            if u.first < lo or u.last > end:
+                total += u.terminal_count(lo, end)
+            elif u.offsets is not None:
+                total += u.offsets.done
+            elif u.state in TERMINAL:
+                total += u.last - u.first + 1
+        return total
 
     # -- fetch ---------------------------------------------------------------------
     def next_fetch_offset(self) -> int:
