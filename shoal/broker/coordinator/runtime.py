@@ -52,7 +52,6 @@ coordinators define their shards as sans-IO classes, on ``shard``'s terms.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -224,7 +223,9 @@ class CoordinatorRuntime:
         return self.shard(self.partition_of(key))
 
     # -- writes ----------------------------------------------------------------
-    def submit(self, p: int, op: Operation) -> tuple[Any, asyncio.Future | None]:
+    def submit(
+        self, p: int, op: Operation, on_durable: Callable[[BaseException | None], None] | None = None
+    ) -> tuple[Any, asyncio.Future | None]:
         """Run `op` on partition p's shard and persist its records: (result, durable future).
 
         The records (if any) are appended as one batch and replayed into the
@@ -238,12 +239,17 @@ class CoordinatorRuntime:
         and the partition answers NOT_COORDINATOR until a restart, which
         replays the batch only if it reached the disk whole (a torn batch
         fails its CRC and is cut): never half an operation.
+
+        `on_durable`, when given, is called with the outcome (None, or the
+        error the future fails with) in the turn of the loop the outcome is
+        known, right after the future is settled: a caller that only passes
+        the outcome on saves the loop turn a future's done-callback waits for.
         """
         shard = self.shard(p)
         records, result = op(shard)
         if not records:
             return result, None
-        return result, self._append(p, shard, records)
+        return result, self._append(p, shard, records, on_durable)
 
     async def write(self, p: int, op: Operation) -> Any:
         """`submit`, answering `op`'s result once its records are durable."""
@@ -252,7 +258,9 @@ class CoordinatorRuntime:
             await durable
         return result
 
-    def _append(self, p: int, shard: Shard, records: Sequence[Record]) -> asyncio.Future:
+    def _append(
+        self, p: int, shard: Shard, records: Sequence[Record], on_durable: Callable[[BaseException | None], None] | None
+    ) -> asyncio.Future:
         partition = self.partition(p)
         plog = partition.log
         now = self.broker.clock.now_ms()
@@ -271,7 +279,7 @@ class CoordinatorRuntime:
             batch = build_batch(encoded)
             if plog.writer is not None:  # `end` is set below; completions come on a later loop turn
                 info = plog.append_async(
-                    batch, lambda error: self._written(p, partition, end, durable, error), now_ms=now
+                    batch, lambda error: self._written(p, partition, end, durable, error, on_durable), now_ms=now
                 )
             else:
                 info = plog.append(batch, now_ms=now)
@@ -286,11 +294,17 @@ class CoordinatorRuntime:
             version = r.value_version if r.value_version is not None else serde.latest_value_version(r.name)
             shard.replay(CoordinatorRecord(rt, r.key, r.value, version), info.first_offset + i)
         if plog.writer is None:
-            self._written(p, partition, end, durable, None)
+            self._written(p, partition, end, durable, None, on_durable)
         return durable
 
     def _written(
-        self, p: int, partition: Partition, end: int, durable: asyncio.Future, error: BaseException | None
+        self,
+        p: int,
+        partition: Partition,
+        end: int,
+        durable: asyncio.Future,
+        error: BaseException | None,
+        on_durable: Callable[[BaseException | None], None] | None = None,
     ) -> None:
         """A coordinator batch reached the log (the page cache), or failed to: make `durable` follow."""
         if error is None and partition.log.failed is not None:  # written, but the directory went offline
@@ -301,14 +315,15 @@ class CoordinatorRuntime:
             self._revert(p, failure.code)
             if not durable.done():
                 durable.set_exception(failure)
+                if on_durable is not None:
+                    on_durable(failure)
             return
         self.broker.on_append(partition)
         if not self._fsync:
-            if not durable.done():
-                durable.set_result(None)
+            _settle(durable, None, on_durable)
             return
         # straight into `durable` (no future between): each future is one more loop turn
-        self.broker.flusher.flush(partition.log, end, into=Relay(functools.partial(_settle, durable)))
+        self.broker.flusher.flush(partition.log, end, into=Relay(lambda error: _settle(durable, error, on_durable)))
 
     def barrier(self, p: int) -> asyncio.Future | None:
         """A future for "everything written to partition p so far is durable", or None if it is.
@@ -330,10 +345,15 @@ class CoordinatorRuntime:
         return fut
 
 
-def _settle(fut: asyncio.Future, error: BaseException | None) -> None:
+def _settle(
+    fut: asyncio.Future, error: BaseException | None, then: Callable[[BaseException | None], None] | None = None
+) -> None:
     if fut.done():
         return
     if error is None:
         fut.set_result(None)
     else:
-        fut.set_exception(write_failure(error))
+        error = write_failure(error)
+        fut.set_exception(error)
+    if then is not None:
+        then(error)

@@ -173,14 +173,17 @@ class ShareCoordinator:
             return None, failed
         return result, await self._durable(p, fut)
 
-    def _begin(self, p: int, op: Operation) -> tuple[Any, asyncio.Future | None, Outcome | None]:
-        """The synchronous half of `_run`: (result, durable future or None, error or None)."""
+    def _begin(
+        self, p: int, op: Operation, on_durable: Callable[[BaseException | None], None] | None = None
+    ) -> tuple[Any, asyncio.Future | None, Outcome | None]:
+        """The synchronous half of `_run`: (result, durable future or None, error or None);
+        `on_durable` as the runtime's ``submit`` takes it."""
         try:
             self.runtime.shard(p)
         except ErrorAnswer as e:  # loading, or not (any more) the coordinator: no write tried
             return None, None, _error(e.code)
         try:
-            result, fut = self.runtime.submit(p, op)
+            result, fut = self.runtime.submit(p, op, on_durable)
         except ErrorAnswer as e:
             log.error("%s-%d: append failed: %s", TOPIC, p, e)
             return None, None, _error(e.code, f"could not write share-group state: {e}")
@@ -302,7 +305,10 @@ class ShareCoordinator:
             )
 
         p = self.key_partition(group, topic_id, partition)
-        error, fut, failed = self._begin(p, op)
+        # The runtime reports durability through `hook` in the turn it is known; the future's
+        # done-callback below (one loop turn later) is only the fallback for a cancelled future.
+        hook: list[Callable[[BaseException | None], None]] = []
+        error, fut, failed = self._begin(p, op, lambda e: hook[0](e) if hook else None)
         if failed is not None:
             settle(failed)
             return future
@@ -322,14 +328,10 @@ class ShareCoordinator:
 
         timer = loop.call_later(self.write_timeout_s, timed_out)
 
-        def durable(f: asyncio.Future) -> None:
+        def durable(e: BaseException | None) -> None:
             timer.cancel()
             if future.done():
                 return
-            if f.cancelled():
-                settle(_error(ErrorCode.NOT_COORDINATOR, "share-group state write cancelled"))
-                return
-            e = f.exception()
             if e is None:
                 settle(written)
                 return
@@ -337,7 +339,17 @@ class ShareCoordinator:
             code = e.code if isinstance(e, ErrorAnswer) else ErrorCode.UNKNOWN_SERVER_ERROR
             settle(_error(code, f"could not write share-group state: {e}"))
 
-        fut.add_done_callback(durable)
+        def done(f: asyncio.Future) -> None:
+            if future.done():
+                return
+            if f.cancelled():
+                timer.cancel()
+                settle(_error(ErrorCode.NOT_COORDINATOR, "share-group state write cancelled"))
+                return
+            durable(f.exception())
+
+        hook.append(durable)
+        fut.add_done_callback(done)
         return future
 
     async def delete_state(self, group: str, topic_id: uuid.UUID, partition: int) -> Outcome:
