@@ -617,6 +617,34 @@ async def test_prune_and_topic_deletion_in_process(tmp_path) -> None:
         await broker.stop()
 
 
+async def test_a_write_reports_durability_in_the_turn_it_is_known(tmp_path) -> None:
+    """The runtime's on_durable runs before anything the durable future's completion schedules
+    (a done-callback waits one more turn of the loop): the share partitions' state writes hear of
+    their durability through it. Fsync is on (the default), so the write waits for the disk."""
+    broker = await start_broker(tmp_path, "share.coordinator.state.topic.num.partitions=1")
+    try:
+        coord = broker.share_coordinator
+        await coord.loaded.wait()
+        tid = broker.topics.create("turns", 1, {}).topic_id
+        assert await coord.initialize("g", tid, 0, 1, 0) == ErrorCode.NONE
+        order: list[Any] = []
+        result, fut = coord.runtime.submit(
+            0,
+            lambda shard: shard.write("g", tid, 0, 1, 0, -1, [(0, 0, ARCHIVED, 1)], 1),
+            lambda error: order.append(("hook", error, fut.done())),
+        )
+        assert result == ErrorCode.NONE and fut is not None and not fut.done()
+        fut.add_done_callback(lambda f: order.append("future's callback"))
+        await fut
+        assert order == [("hook", None, True), "future's callback"]
+        part = coord.runtime.partition(0)
+        assert part.log.recovery_point >= part.log_end_offset  # durable when the hook ran
+        r = await coord.read("g", tid, 0, -1)
+        assert r.batches == [(0, 0, ARCHIVED, 1)]
+    finally:
+        await broker.stop()
+
+
 # -- the redundant offset, sans IO ------------------------------------------------
 def _persist(plog: PartitionLog, shard: ShareStateShard, records: list[Any]) -> None:
     if not records:
