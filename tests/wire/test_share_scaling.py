@@ -201,3 +201,61 @@ def test_acknowledgements_of_many_members_at_once_are_all_durable(broker) -> Non
         )  # fmt: skip
     (p,) = d.groups[0].topics[0].partitions
     assert p.start_offset == 80  # every acknowledgement durable: the start moved past them all
+
+
+async def test_record_limit_fetches_of_a_large_batch_read_the_log_once(tmp_path, monkeypatch) -> None:
+    """In process: after the first record_limit fetch of a large batch has sliced it, later fetches
+    that start inside it are cut from the kept record index, without reading the log again (each
+    read was the whole 1 MiB batch for 5 tiny records); the records handed out stay exact, and
+    past the kept batch the log is read again."""
+    from shoal.broker.broker import Broker
+    from shoal.broker.config.settings import BrokerConfig
+    from shoal.broker.partition.partition import Partition
+
+    config = BrokerConfig.from_sources(
+        {}, [f"log.dirs={tmp_path}", "listeners=PLAINTEXT://127.0.0.1:0", "shoal.http.listeners="]
+    )
+    broker = Broker(config)
+    await broker.start()
+    try:
+        await broker.share_coordinator.loaded.wait()
+        topic = broker.topics.create("kept", 1, {})
+        partition = topic.partitions[0]
+        values = [b"k%05d" % i for i in range(1_500)]  # one batch, large by its record count
+        partition.append(build_batch([(None, v, [], 1000) for v in values]), now_ms=1000)
+        partition.append(build_batch([(None, b"tail", [], 1000)]), now_ms=1000)  # offset 1,500
+        values.append(b"tail")
+        mgr = broker.share_partitions
+        assert await broker.share_coordinator.initialize("g", topic.topic_id, 0, 1, 0) == 0
+        entry = await mgr.get("g", topic.topic_id, 0)
+        reads: list[int] = []
+        real_read = Partition.read
+
+        def counted(self, offset, *args, **kwargs):
+            if self is partition:
+                reads.append(offset)
+            return real_read(self, offset, *args, **kwargs)
+
+        monkeypatch.setattr(Partition, "read", counted)
+        seen: set[int] = set()
+
+        def take(member: str, max_records: int) -> list:
+            got = mgr.acquire(entry, member, max_records, 1 << 20, batch_optimized=False)
+            assert got is not None
+            recs = {r.offset: r.value for h, _ in iter_batches(got.records) for r in h.records()}
+            for a, b, _n in got.ranges:
+                for o in range(a, b + 1):
+                    assert recs[o] == values[o] and o not in seen
+                    seen.add(o)
+            return got
+
+        for f in range(40):
+            got = take(f"m{f % 4}", 5)
+            assert sum(b - a + 1 for a, b, _n in got.ranges) == 5 and len(got.records) < 1024
+        assert seen == set(range(200))
+        assert reads == [0], reads  # the first fetch read the batch; the other 39 were cut from its index
+        take("m9", 2_000)  # the rest of the kept batch, then the small batch: read from the log
+        assert seen == set(range(1_501))
+        assert reads == [0, 1_500], reads
+    finally:
+        await broker.stop()
