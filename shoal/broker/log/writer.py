@@ -36,6 +36,11 @@ What it promises:
   flusher's threads (each trip costs GIL hand-overs on a busy loop; the two
   cost share groups' acknowledged throughput about a tenth). A failed fsync
   fails the jobs it covered and their channel, as a failed write does.
+  Its jobs are handed over at once, not at the end of the loop turn: they
+  are few (one state write per share partition and turn, say) and someone
+  waits for each, and on a loaded loop the end of the turn is milliseconds
+  away (share acknowledgements of 128 members: the write's mean 15-19 ms ->
+  9-11 ms). Jobs queued while the thread syncs still share its next fsync.
 * ``wait(channel)`` blocks until every job of the channel is written and
   has had its callback run: for the rare operations that need the file and
   the bookkeeping to agree (roll, truncate, close, delete).
@@ -131,6 +136,9 @@ class ThreadedWriter:
             self._block_until(lambda: self.inflight_bytes <= self.max_inflight)
         self._submitted_bytes += len(data)
         channel.submitted += 1
+        if self._sync is not None:  # at once (see the module's doc)
+            self._jobs.put([(channel, fd, data, start, done)])
+            return
         self._staged.append((channel, fd, data, start, done))
         if not self._push_scheduled:
             self._push_scheduled = True
