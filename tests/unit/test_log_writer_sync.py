@@ -75,7 +75,6 @@ async def test_a_job_is_reported_only_after_its_file_was_synced_with_its_bytes(t
         writer.close()
 
 
-
 async def test_a_syncing_writer_takes_a_job_in_the_turn_it_was_submitted(tmp_path) -> None:
     """Not at the end of the loop turn, as the plain writer does: someone waits for each of its
     jobs, and a loaded loop's turn ends milliseconds later."""
@@ -90,6 +89,7 @@ async def test_a_syncing_writer_takes_a_job_in_the_turn_it_was_submitted(tmp_pat
     finally:
         writer.close()
         os.close(fd)
+
 
 async def test_what_is_queued_while_a_sync_runs_shares_the_next_one(tmp_path) -> None:
     sync = SyncLog()
