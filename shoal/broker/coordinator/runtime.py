@@ -73,6 +73,8 @@ log = logging.getLogger("shoal.coordinator")
 
 # An operation: from the shard, the records to write (one batch) and the answer.
 Operation = Callable[[Any], tuple[Sequence[Record], Any]]
+# Told a write's outcome in the turn it is known: None (durable) or the error its future fails with.
+OnDurable = Callable[[BaseException | None], None]
 
 
 class CoordinatorRuntime:
@@ -223,9 +225,7 @@ class CoordinatorRuntime:
         return self.shard(self.partition_of(key))
 
     # -- writes ----------------------------------------------------------------
-    def submit(
-        self, p: int, op: Operation, on_durable: Callable[[BaseException | None], None] | None = None
-    ) -> tuple[Any, asyncio.Future | None]:
+    def submit(self, p: int, op: Operation, on_durable: OnDurable | None = None) -> tuple[Any, asyncio.Future | None]:
         """Run `op` on partition p's shard and persist its records: (result, durable future).
 
         The records (if any) are appended as one batch and replayed into the
@@ -258,9 +258,7 @@ class CoordinatorRuntime:
             await durable
         return result
 
-    def _append(
-        self, p: int, shard: Shard, records: Sequence[Record], on_durable: Callable[[BaseException | None], None] | None
-    ) -> asyncio.Future:
+    def _append(self, p: int, shard: Shard, records: Sequence[Record], on_durable: OnDurable | None) -> asyncio.Future:
         partition = self.partition(p)
         plog = partition.log
         now = self.broker.clock.now_ms()
@@ -304,7 +302,7 @@ class CoordinatorRuntime:
         end: int,
         durable: asyncio.Future,
         error: BaseException | None,
-        on_durable: Callable[[BaseException | None], None] | None = None,
+        on_durable: OnDurable | None = None,
     ) -> None:
         """A coordinator batch reached the log (the page cache), or failed to: make `durable` follow."""
         if error is None and partition.log.failed is not None:  # written, but the directory went offline
@@ -345,9 +343,7 @@ class CoordinatorRuntime:
         return fut
 
 
-def _settle(
-    fut: asyncio.Future, error: BaseException | None, then: Callable[[BaseException | None], None] | None = None
-) -> None:
+def _settle(fut: asyncio.Future, error: BaseException | None, then: OnDurable | None = None) -> None:
     if fut.done():
         return
     if error is None:

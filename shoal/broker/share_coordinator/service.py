@@ -51,7 +51,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from shoal.broker.coordinator.runtime import CoordinatorRuntime, Operation
+from shoal.broker.coordinator.runtime import CoordinatorRuntime, OnDurable, Operation
 from shoal.broker.coordinator.shard import Record, partition_for
 from shoal.broker.errors import ErrorAnswer
 from shoal.broker.log import LogError
@@ -174,7 +174,7 @@ class ShareCoordinator:
         return result, await self._durable(p, fut)
 
     def _begin(
-        self, p: int, op: Operation, on_durable: Callable[[BaseException | None], None] | None = None
+        self, p: int, op: Operation, on_durable: OnDurable | None = None
     ) -> tuple[Any, asyncio.Future | None, Outcome | None]:
         """The synchronous half of `_run`: (result, durable future or None, error or None);
         `on_durable` as the runtime's ``submit`` takes it."""
@@ -307,7 +307,7 @@ class ShareCoordinator:
         p = self.key_partition(group, topic_id, partition)
         # The runtime reports durability through `hook` in the turn it is known; the future's
         # done-callback below (one loop turn later) is only the fallback for a cancelled future.
-        hook: list[Callable[[BaseException | None], None]] = []
+        hook: list[OnDurable] = []
         error, fut, failed = self._begin(p, op, lambda e: hook[0](e) if hook else None)
         if failed is not None:
             settle(failed)
