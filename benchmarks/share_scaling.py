@@ -26,7 +26,12 @@ M x 1000 / W records/s as long as the broker keeps every member fed. Each scenar
 Clients: librdkafka's ShareConsumer (each member a thread; measured: librdkafka 2.16 hands out
 the records of a whole fetched batch per poll -- 15 here -- whatever max.poll.records says) and the bundled AsyncShareConsumer
 (all members on one uvloop event loop in this process; share.acquire.mode record_limit or
-batch_optimized). Printed as one table: records/s, ideal, the ratio, redeliveries, duplicates.
+batch_optimized). Printed as one table: records/s, ideal, the ratio, redeliveries, duplicates;
+then where a member's time beyond its work went: "poll", how long the polls that returned
+records waited (the broker's round trip, unless records were prefetched), and "late", from the
+moment a poll's last record was due done to the next poll (the member's own lateness: a sleep
+that overshot, a process too busy to run it; 128 AsyncShareConsumers on one event loop share
+the machine's two cores with the broker).
 The single-member rows with no work are context: a share consumer next to the classic consumer
 (librdkafka Consumer reading the same records).
 """
@@ -96,14 +101,19 @@ class Tally:
     t_done: float = float("nan")
     done_at: list[float] = field(default_factory=list)  # when each offset was first delivered, in order
     waits: list[float] = field(default_factory=list)  # seconds each poll that returned records took
+    # seconds from the moment a poll's last record was due done to the next poll: the member's
+    # own lateness (its sleep overshooting, its process too busy to run it), not the broker's
+    late: list[float] = field(default_factory=list)
 
     def wait_ms(self, q: float) -> float:
         """The q-quantile of the polls that returned records, in ms: the member's idle time per
         poll (the acknowledgements' and the next records' round trip), which the ideal leaves out."""
-        if not self.waits:
-            return float("nan")
-        w = sorted(self.waits)
-        return 1000.0 * w[min(len(w) - 1, int(q * len(w)))]
+        return _quantile_ms(self.waits, q)
+
+    def late_ms(self, q: float) -> float:
+        """The q-quantile of the members' lateness per poll (see ``late``), in ms: time the ideal
+        also leaves out, spent in the member's process rather than waiting on the broker."""
+        return _quantile_ms(self.late, q)
 
     def steady_rate(self) -> float:
         """Records/s between the 10th and the 90th percentile of deliveries: the rate once every
@@ -131,6 +141,13 @@ class Tally:
                 self.t_done = now
         self.counts[offset] = min(self.counts[offset] + 1, 255)
         return self.delivered == len(self.counts)
+
+
+def _quantile_ms(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    w = sorted(xs)
+    return 1000.0 * w[min(len(w) - 1, int(q * len(w)))]
 
 
 def share_fetch_buckets(http_port: int) -> dict[float, float]:
@@ -224,6 +241,7 @@ def run_librdkafka(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int
 
     def run(sc: Any) -> None:
         sc.subscribe([topic])
+        last_due = None
         while not stop.is_set():
             asked = time.perf_counter()
             msgs = sc.poll(0.1) or ()
@@ -231,6 +249,8 @@ def run_librdkafka(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int
             if msgs:
                 with lock:
                     tally.waits.append(due - asked)
+                    if last_due is not None:
+                        tally.late.append(asked - last_due)
             for m in msgs:
                 if m.error() is not None:
                     with lock:
@@ -243,6 +263,7 @@ def run_librdkafka(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int
                 with lock:
                     if tally.see(m.offset(), m.delivery_count()):
                         done.set()
+            last_due = due if msgs else None
 
     threads = [threading.Thread(target=run, args=(sc,), daemon=True) for sc in consumers]
     for t in threads:
@@ -281,12 +302,15 @@ def run_ours(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int) -> T
 
         async def run(sc: AsyncShareConsumer) -> None:
             sc.subscribe([topic])
+            last_due = None
             while not stop.is_set():
                 asked = time.perf_counter()
                 records = await sc.poll(100)
                 due = time.perf_counter()
                 if records:
                     tally.waits.append(due - asked)
+                    if last_due is not None:
+                        tally.late.append(asked - last_due)
                 for r in records:
                     if work:
                         due += work
@@ -294,6 +318,7 @@ def run_ours(b: BrokerProcess, s: Scenario, topic: str, group: str, n: int) -> T
                     sc.acknowledge(r)
                     if tally.see(r.offset, r.delivery_count):
                         done.set()
+                last_due = due if records else None
 
         for sc in consumers:
             await sc.start()
@@ -352,7 +377,7 @@ def main() -> None:
     seconds = 2.0 if args.quick else args.seconds
     header = (
         f"{'scenario':<20}{'client':<12}{'mode':<16}{'M x W ms':>10}{'records':>9}{'rec/s':>9}{'ideal':>8}"
-        f"{'of ideal':>9}{'steady':>8}{'of ideal':>9}{'redeliv':>8}{'dups':>6}{'poll p50/p90 ms':>17}{'broker p50/p90 <=ms':>20}"
+        f"{'of ideal':>9}{'steady':>8}{'of ideal':>9}{'redeliv':>8}{'dups':>6}{'poll p50/p90 ms':>17}{'late p50/p90 ms':>17}{'broker p50/p90 <=ms':>20}"
     )
     print(header)
     print("-" * len(header))
@@ -388,7 +413,8 @@ def main() -> None:
                 print(
                     f"{s.name:<20}{s.client:<12}{mode:<16}{f'{s.members} x {s.work_ms:g}':>10}{n:>9,}"
                     f"{rate:9,.0f}{ideal}{ratio}{steady:8,.0f}{steady_ratio}{t.redelivered:8}{t.dups:6}"
-                    f"{f'{t.wait_ms(0.5):.1f}/{t.wait_ms(0.9):.1f}':>17}{broker_ms:>20}{missing}",
+                    f"{f'{t.wait_ms(0.5):.1f}/{t.wait_ms(0.9):.1f}':>17}"
+                    f"{f'{t.late_ms(0.5):.1f}/{t.late_ms(0.9):.1f}':>17}{broker_ms:>20}{missing}",
                     flush=True,
                 )
         finally:

@@ -458,11 +458,22 @@ class Broker:
 
     def _answer(self, result: Any, name: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         if inspect.isawaitable(result):
-            task = asyncio.ensure_future(result)
+            task = asyncio.ensure_future(self._answer_when_done(result, name, ctx, body, slot, conn))
             conn.tasks.add(task)
-            task.add_done_callback(lambda t: self._finish(t, name, ctx, body, slot, conn))
+            task.add_done_callback(conn.tasks.discard)
         else:
             conn.complete(slot, result)
+
+    async def _answer_when_done(self, pending: Any, name: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
+        """Await a handler and answer in the task's own last step: a done-callback would answer
+        a loop turn later, and a loaded loop's turn costs milliseconds."""
+        try:
+            result = await pending
+        except Exception as e:  # noqa: BLE001 - a bug: logged with its traceback, answered as Kafka does
+            if not conn.closed:
+                self._unexpected(e, f"handler {name}", ctx, body, slot, conn)
+            return
+        conn.complete(slot, result)
 
     def _unexpected(self, exc: BaseException, what: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         """A handler raised what no rule of ARCHITECTURE.md's "Errors" expects: a bug.
@@ -521,17 +532,6 @@ class Broker:
     def _handle_if_open(self, h: Any, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         if not conn.closed:
             self._handle(h, ctx, body, slot, conn)
-
-    def _finish(self, task: asyncio.Future, name: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
-        conn.tasks.discard(task)
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            if not conn.closed:
-                self._unexpected(exc, f"handler {name}", ctx, body, slot, conn)
-            return
-        conn.complete(slot, task.result())
 
     def api_versions_error_body(self) -> Any:
         return api_versions_body(self, ErrorCode.UNSUPPORTED_VERSION)

@@ -120,7 +120,10 @@ class Connection(asyncio.BufferedProtocol):
         self._slots: deque[_Slot] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._fin_last = False  # a doomed connection sends its FIN only when it closes (see close_after_answers)
-        self._write_scheduled = False
+        # Inside a read callback, ready responses are written once at its end (the frames of one
+        # read share a write); anywhere else, in the call that made them ready.
+        self._in_read = False
+        self._write_wanted = False
         self._reading_paused = False
         self._draining = False
         self._write_paused = False
@@ -204,6 +207,7 @@ class Connection(asyncio.BufferedProtocol):
         self.last_active = self.server.clock.monotonic_ms()
         if self._doomed is not None:
             return  # nothing after a bad frame is read
+        self._in_read = True
         try:
             if self._big is not None:
                 framer = self._framer
@@ -219,6 +223,11 @@ class Connection(asyncio.BufferedProtocol):
             self._drain_staging()
         except ProtocolError as e:
             self._reject(f"bad frame: {e}")
+        finally:
+            self._in_read = False
+            if self._write_wanted:
+                self._write_wanted = False
+                self._write_ready()
 
     def eof_received(self) -> bool | None:
         return None  # close our side too
@@ -422,15 +431,15 @@ class Connection(asyncio.BufferedProtocol):
             return
         slot.done = True
         slot.payload = body
-        if self._slots and self._slots[0].done and not self._write_scheduled:
-            if self._loop is None:
-                self._write_ready()
+        if self._slots and self._slots[0].done:
+            if self._in_read:
+                self._write_wanted = True
             else:
-                self._write_scheduled = True
-                self._loop.call_soon(self._write_ready)
+                # Now, not a loop turn later: a loaded loop's turn costs milliseconds, and a
+                # response that waited on a durable write already paid for several.
+                self._write_ready()
 
     def _write_ready(self) -> None:
-        self._write_scheduled = False
         if self._closed:
             return
         slots = self._slots

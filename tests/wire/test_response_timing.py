@@ -1,0 +1,87 @@
+"""When the broker writes a response: in the call that made it ready, not a loop turn later.
+
+A request whose handler waited (a long poll, an acknowledgement's durable write) is
+answered by the task step that finished it; a done-callback, then a scheduled write,
+each cost one more loop turn, and a loaded loop's turn costs milliseconds (the
+acknowledgement round trips of benchmarks/share_scaling.py). Order still holds: a
+response never overtakes an earlier request's. The handler is held with the broker's
+own fault injection (an intercept callback that awaits a future the test releases).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from shoal.protocol.api import api_by_name
+from shoal.testing import EmbeddedBroker
+from tests.support.brokers import RawClient
+
+AV = api_by_name("ApiVersions").request_class()(client_software_name="timing-test", client_software_version="1")
+
+
+def _held(eb: EmbeddedBroker, api: str) -> list[asyncio.Future]:
+    """Hold the next ``api`` request's handler until the future it appends is set."""
+    held: list[asyncio.Future] = []
+
+    async def hold(request) -> None:
+        future = asyncio.get_running_loop().create_future()
+        held.append(future)
+        await future
+        # None: the broker answers the request itself
+
+    eb.broker.faults.intercept(api, hold, times=1)
+    return held
+
+
+def _wait_for(held: list) -> asyncio.Future:
+    deadline = time.monotonic() + 10
+    while not held:
+        assert time.monotonic() < deadline, "the request never reached its handler"
+        time.sleep(0.005)
+    return held[0]
+
+
+def test_a_handler_that_waited_is_answered_in_the_step_that_finished_it() -> None:
+    with EmbeddedBroker() as eb:
+        held = _held(eb, "ApiVersions")
+        with RawClient(eb.port) as c:
+            c.send("ApiVersions", 3, AV)
+            future = _wait_for(held)
+            (conn,) = eb.broker.server.connections
+            loop = future.get_loop()
+            unanswered: list[int] = []
+
+            def release() -> None:
+                future.set_result(None)  # the handler's task runs its last step next ...
+                loop.call_soon(lambda: unanswered.append(conn.in_flight))  # ... and this right after
+
+            loop.call_soon_threadsafe(release)
+            assert c.receive("ApiVersions", 3).error_code == 0
+            _wait_for(unanswered)
+            # The slot was written and gone by the end of that step (a done-callback answered a turn later: 1).
+            assert unanswered == [0]
+
+
+def test_a_waiting_request_still_holds_back_the_answers_behind_it() -> None:
+    with EmbeddedBroker() as eb:
+        held = _held(eb, "ApiVersions")
+        with RawClient(eb.port) as c:
+            first = c.send("ApiVersions", 3, AV)
+            future = _wait_for(held)
+            second = c.send("ApiVersions", 3, AV)  # not intercepted: answered at once, but queued
+            (conn,) = eb.broker.server.connections
+            deadline = time.monotonic() + 10
+            while conn.in_flight < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            c.sock.settimeout(0.3)
+            try:
+                c.sock.recv(1, 2)  # MSG_PEEK: nothing may have been written yet
+                raise AssertionError("the second answer overtook the first")
+            except TimeoutError:
+                pass
+            c.sock.settimeout(10)
+            future.get_loop().call_soon_threadsafe(future.set_result, None)
+            got = [c.recv_frame() for _ in range(2)]
+            assert [int.from_bytes(f[:4], "big") for f in got] == [first, second]
