@@ -11,7 +11,12 @@ own fault injection (an intercept callback that awaits a future the test release
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 from shoal.protocol.api import api_by_name
 from shoal.testing import EmbeddedBroker
@@ -34,11 +39,15 @@ def _held(eb: EmbeddedBroker, api: str) -> list[asyncio.Future]:
     return held
 
 
-def _wait_for(held: list) -> asyncio.Future:
+def _until(cond: Callable[[], Any], what: str) -> None:
     deadline = time.monotonic() + 10
-    while not held:
-        assert time.monotonic() < deadline, "the request never reached its handler"
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.005)
+
+
+def _first(held: list) -> Any:
+    _until(lambda: held, "the request to reach its handler")
     return held[0]
 
 
@@ -47,7 +56,7 @@ def test_a_handler_that_waited_is_answered_in_the_step_that_finished_it() -> Non
         held = _held(eb, "ApiVersions")
         with RawClient(eb.port) as c:
             c.send("ApiVersions", 3, AV)
-            future = _wait_for(held)
+            future = _first(held)
             (conn,) = eb.broker.server.connections
             loop = future.get_loop()
             unanswered: list[int] = []
@@ -58,7 +67,7 @@ def test_a_handler_that_waited_is_answered_in_the_step_that_finished_it() -> Non
 
             loop.call_soon_threadsafe(release)
             assert c.receive("ApiVersions", 3).error_code == 0
-            _wait_for(unanswered)
+            _until(lambda: unanswered, "the callback behind the handler's last step")
             # The slot was written and gone by the end of that step (a done-callback answered a turn later: 1).
             assert unanswered == [0]
 
@@ -68,19 +77,13 @@ def test_a_waiting_request_still_holds_back_the_answers_behind_it() -> None:
         held = _held(eb, "ApiVersions")
         with RawClient(eb.port) as c:
             first = c.send("ApiVersions", 3, AV)
-            future = _wait_for(held)
+            future = _first(held)
             second = c.send("ApiVersions", 3, AV)  # not intercepted: answered at once, but queued
             (conn,) = eb.broker.server.connections
-            deadline = time.monotonic() + 10
-            while conn.in_flight < 2:
-                assert time.monotonic() < deadline
-                time.sleep(0.005)
+            _until(lambda: conn.in_flight >= 2, "both requests to be read")
             c.sock.settimeout(0.3)
-            try:
-                c.sock.recv(1, 2)  # MSG_PEEK: nothing may have been written yet
-                raise AssertionError("the second answer overtook the first")
-            except TimeoutError:
-                pass
+            with pytest.raises(TimeoutError):  # nothing may have been written yet
+                c.sock.recv(1, socket.MSG_PEEK)
             c.sock.settimeout(10)
             future.get_loop().call_soon_threadsafe(future.set_result, None)
             got = [c.recv_frame() for _ in range(2)]
