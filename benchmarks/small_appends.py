@@ -1,12 +1,13 @@
-"""Produce of small batches: what handing every append to the log writer thread costs.
+"""Produce of small batches: requests/s of small appends, pipelined.
 
-Why: appends under ``ASYNC_APPEND_BYTES`` used to be written on the event loop
-(a thread hop was assumed dearer than the copy). On a VM whose page cache
-throttles dirty pages, such a write can block the loop for 100 ms and more
-(benchmarks/stall_watch.py). This measures the other side of moving them to
-the writer thread: requests/s of pre-built small batches from our codec,
-pipelined on one connection and on several (so requests of different
-partitions interleave), acks=1 and acks=-1.
+Why: appends under ``ASYNC_APPEND_BYTES`` are written on the event loop while
+writes are quick, and handed to the log writer thread once one was slow (on a
+VM whose page cache throttles dirty pages, a write can block the loop for
+100 ms and more: benchmarks/stall_watch.py, ``broker.log.inline_writes``).
+This measures that path: requests/s of pre-built small batches from our
+codec, pipelined on one connection and on several (so requests of different
+partitions interleave), acks=1 and acks=-1. Compare two checkouts by running
+it from each.
 
 Run: python benchmarks/small_appends.py [--seconds S] [--rounds N]
 Run it from the checkout whose broker you want to measure (the broker child

@@ -50,6 +50,7 @@ from shoal.broker.log import LogError
 from shoal.broker.log.dir_lock import DirLock
 from shoal.broker.log.fileops import FileOps, fsync_dir
 from shoal.broker.log.flusher import Flusher
+from shoal.broker.log.inline_writes import InlineWrites
 from shoal.broker.log.log_dir import LogDir
 from shoal.broker.log.writer import ThreadedWriter
 from shoal.broker.metrics.counters import BrokerStats
@@ -99,6 +100,7 @@ class Broker:
         self.log_dir.add_listener(self._on_log_dir_failure)
         self.flusher = Flusher(self.file_ops)
         self.log_writer: ThreadedWriter | None = None  # large produce writes, off the event loop; at start
+        self.inline_writes = InlineWrites()  # whether small ones may be written on the loop (slow writes: no)
         self.coordinator_writer: ThreadedWriter | None = None  # the coordinators' logs: writes and fsyncs
         self._loop: asyncio.AbstractEventLoop | None = None
         self.fetch_sessions = FetchSessionCache(max_slots=config.get("max.incremental.fetch.session.cache.slots"))
@@ -167,7 +169,7 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.clean_start = self._take_marker(fresh)
         loop = self._loop = asyncio.get_running_loop()
-        self.log_writer = ThreadedWriter(loop, write=self.file_ops.write_all)
+        self.log_writer = ThreadedWriter(loop, write=self.file_ops.write_all, inline=self.inline_writes)
         if self.config.fsync_acks_all:
             # The coordinators' logs: each write waits for its fsync anyway, so their own thread
             # writes and fsyncs in one trip (a second trip through another thread cost 4 share

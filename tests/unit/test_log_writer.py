@@ -17,6 +17,7 @@ import threading
 import pytest
 
 from shoal.broker.log import LogConfig, LogFailed, PartitionLog
+from shoal.broker.log.inline_writes import InlineWrites
 from shoal.broker.log.segment import write_all
 from shoal.broker.log.writer import ThreadedWriter
 from shoal.protocol.records import BatchHeader, build_batch, iter_batches
@@ -244,3 +245,23 @@ async def test_a_closed_writer_refuses_the_append_and_leaves_the_log_usable(tmp_
     assert log.writes_in_flight == 0 and log.log_end_offset == 0
     assert log.append(batch(1, 10)).first_offset == 0  # nothing left waiting for a write that never comes
     log.close()
+
+
+async def test_the_writer_reports_each_write_time_to_the_inline_guard(tmp_path) -> None:
+    """A write the page cache holds up, on the thread too, keeps small appends off the loop."""
+    gate = Gate()
+    guard = InlineWrites(slow_s=0.02, pause_s=60.0)
+    writer = ThreadedWriter(asyncio.get_running_loop(), write=gate, inline=guard)
+    log = open_log(tmp_path / "p", writer)
+    gate.open.set()
+    _, futs = append_all(log, [batch(1, 10)])
+    await asyncio.gather(*futs)
+    assert guard.allowed() and guard.pauses == 0  # a quick write
+    gate.open.clear()
+    _, futs = append_all(log, [batch(1, 10, 1)])
+    await asyncio.sleep(0.1)
+    gate.open.set()
+    assert [e for e, _ in await asyncio.gather(*futs)] == [None]
+    assert not guard.allowed() and guard.pauses == 1  # held 0.1 s
+    log.close()
+    writer.close()

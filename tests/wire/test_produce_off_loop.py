@@ -1,10 +1,13 @@
-"""Small appends, produce and coordinator ones, are written off the event loop.
+"""Small appends are written off the event loop when the page cache is slow.
 
 A ``write()`` into a page cache that throttles dirty pages can block for
-100 ms and more; written on the loop, that stalled every client. Here the
-broker's segment writes are held (``FileOps.stall``, a hung disk) and the
-loop must keep answering other requests, while the held produce or offset
-commit is answered only once its bytes are in. Also: small and large
+100 ms and more; written on the loop, that stalled every client. Small
+produce appends are written on the loop only while writes are quick (one
+slow write sends them to the writer thread for a while); coordinator
+appends always go to their thread. Here the broker's segment writes are
+held (``FileOps.stall``, a hung disk) and the loop must keep answering other
+requests, while the held produce or offset commit is answered only once its
+bytes are in. Also: small and large
 batches pipelined on one partition keep their offset order on disk and in
 fetches, and an acks=-1 produce is answered only after its fsync.
 
@@ -66,26 +69,46 @@ async def answered_within(conn: BrokerConnection, seconds: float) -> float:
     return time.perf_counter() - started
 
 
-async def test_a_held_small_produce_write_leaves_the_loop_free(tmp_path: Path) -> None:
+async def test_small_appends_leave_the_loop_once_a_write_was_slow(tmp_path: Path) -> None:
     broker, port = await start_broker(tmp_path)
-    release = broker.file_ops.stall("write")
-    # A broker that writes on the loop would block on the stall for good: let go after 5 s anyway.
-    safety = threading.Timer(5.0, release)
-    safety.start()
+    producer = await BrokerConnection.connect("127.0.0.1", port)
+    other = await BrokerConnection.connect("127.0.0.1", port)
+    log = broker.topics.partition(TOPIC, 0).log
+    assert broker.log_writer is not None
+    release = lambda: None  # noqa: E731 - replaced by each stall's own
+    safety = threading.Timer(0, release)
     try:
-        producer = await BrokerConnection.connect("127.0.0.1", port)
-        other = await BrokerConnection.connect("127.0.0.1", port)
-        held = producer.send("Produce", produce_body(one_batch(b"x" * 1024), acks=1), version=9)
+        # Quick writes: a small append is written on the loop, nothing goes to the writer thread.
+        r = await producer.request("Produce", produce_body(one_batch(b"a" * 1024), acks=1), version=9)
+        assert r.responses[0].partition_responses[0].base_offset == 0
+        assert broker.log_writer.submitted_bytes == 0 and broker.inline_writes.pauses == 0
+
+        # The page cache holds the next one for 0.3 s: written on the loop, answered after it, and
+        # small appends stop being written on the loop.
+        release = broker.file_ops.stall("write")
+        threading.Timer(0.3, release).start()
+        started = time.perf_counter()
+        r = await producer.request("Produce", produce_body(one_batch(b"b" * 1024), acks=1), version=9)
+        assert time.perf_counter() - started >= 0.25
+        assert r.responses[0].partition_responses[0].base_offset == 1
+        assert broker.inline_writes.pauses == 1 and not broker.inline_writes.allowed()
+
+        # Now writes hang: the next small append goes to the thread and the loop stays free.
+        release = broker.file_ops.stall("write")
+        # A broker that writes on the loop would block on the stall for good: let go after 5 s anyway.
+        safety = threading.Timer(5.0, release)
+        safety.start()
+        held = producer.send("Produce", produce_body(one_batch(b"c" * 1024), acks=1), version=9)
         await asyncio.sleep(0.1)
         assert not held.done(), "answered before its bytes were written"
         assert await answered_within(other, 3.0) < 1.0, "the loop waited for a segment write"
-        log = broker.topics.partition(TOPIC, 0).log
-        assert log.high_watermark == 0 and log.writes_in_flight == 1  # not visible before it is written
+        assert log.high_watermark == 2 and log.writes_in_flight == 1  # not visible before it is written
+        assert broker.log_writer.submitted_bytes > 0
         release()
         resp = await asyncio.wait_for(held, 5)
         pr = resp.responses[0].partition_responses[0]
-        assert pr.error_code == 0 and pr.base_offset == 0
-        assert log.high_watermark == 1
+        assert pr.error_code == 0 and pr.base_offset == 2
+        assert log.high_watermark == 3
         producer.close()
         other.close()
     finally:

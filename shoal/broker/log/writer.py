@@ -21,10 +21,11 @@ What it promises:
   error, so a file never gets bytes after a hole.
 * Bounded.  ``submit`` blocks the caller while more than ``max_inflight``
   bytes are queued (acks=0 producers are otherwise unbounded).
-* Cheap for small appends.  Every append goes through here, 1 KiB ones too
-  (a ``write()`` on the loop can block it for 100 ms when the page cache
-  throttles dirty pages).  Handing each one over alone cost a wake-up of the
-  thread and a GIL hand-over per append, and halved small-produce rates
+* Cheap for small appends.  Large appends come here, and small ones too
+  while the page cache is slow (``inline_writes``: a ``write()`` on the loop
+  can block it for 100 ms when the page cache throttles dirty pages; every
+  write here is timed for it).  Handing each one over alone cost a wake-up of
+  the thread and a GIL hand-over per append, and halved small-produce rates
   (``benchmarks/small_appends.py``).  So jobs submitted in one loop turn are
   handed over together at the end of the turn (``call_soon``), and the thread
   joins runs of small ones that follow each other in one file into one
@@ -52,10 +53,12 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from shoal.broker.log.inline_writes import InlineWrites
 from shoal.broker.log.segment import write_all
 
 __all__ = ["ThreadedWriter", "WriteChannel"]
@@ -90,9 +93,11 @@ class ThreadedWriter:
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         write: Callable[[int, memoryview, int], None] = write_all,
         sync: Callable[[int], None] | None = None,
+        inline: InlineWrites | None = None,
         name: str = "shoal-log-writer",
     ) -> None:
         self._loop = loop
+        self._inline = inline  # told how long each write took (slow ones keep small appends here)
         self.max_inflight = max_inflight
         self._write = write  # (fd, data, start); tests inject failures here
         self._sync = sync  # (fd): fsync every file written before reporting its jobs (see ``syncs``)
@@ -122,6 +127,11 @@ class ThreadedWriter:
     @property
     def inflight_bytes(self) -> int:
         return self._submitted_bytes - self._written_bytes
+
+    @property
+    def submitted_bytes(self) -> int:
+        """Bytes handed to this writer since it started."""
+        return self._submitted_bytes
 
     def submit(self, channel: WriteChannel, fd: int, data: memoryview, start: int, done: Done) -> None:
         """Queue ``data`` for appending to ``fd`` (whose size will then be ``start``).
@@ -184,7 +194,7 @@ class ThreadedWriter:
         if self._sync is not None:
             self._run_syncing()
             return
-        jobs, write = self._jobs, self._write
+        jobs, write, inline, clock = self._jobs, self._write, self._inline, time.perf_counter
         while True:
             staged = jobs.get()
             if staged is None:
@@ -206,11 +216,14 @@ class ThreadedWriter:
                 error = channel.error
                 if error is None:
                     buf = data if j == i + 1 else memoryview(b"".join([staged[k][2] for k in range(i, j)]))
+                    started = clock()
                     try:
                         write(fd, buf, start)
                     except Exception as e:  # noqa: BLE001 - handed to the log, which goes offline
                         log.error("log write failed (fd %d at %d): %s", fd, start, e)
                         error = channel.error = e
+                    if inline is not None:
+                        inline.took(clock() - started)
                     del buf
                 for k in range(i, j):
                     self._done.append((staged[k][4], error))

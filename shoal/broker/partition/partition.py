@@ -8,15 +8,16 @@ Kafka requires from Produce v3 — and checked against producer state
 (duplicates are acknowledged with their original offsets, gaps and stale
 epochs refused). Nothing reaches the log unless the whole request is good.
 
-Appends are written on the broker's log writer thread (``broker.log.writer``),
-small ones too: a ``write()`` into a page cache that throttles dirty pages can
-block for 100 ms and more, and on the event loop that stalls every client
-(benchmarks/stall_watch.py; the hand-off cost is in benchmarks/small_appends.py).
-The offsets are assigned at once, and the
-``written`` future of the result settles when the bytes reached the OS
-(None) or the write failed (the error; the log is then offline). Records
-become visible to fetches only then. A duplicate of a batch still being
-written waits for that write too.
+Large appends are written on the broker's log writer thread
+(``broker.log.writer``), and small ones too while the page cache is slow
+(``broker.log.inline_writes``: a throttled ``write()`` blocks for 100 ms and
+more, and on the event loop that stalls every client); otherwise small ones
+are written on the loop, which spares a producer with one request in flight
+two thread wake-ups per request. Handed to the thread, the offsets are
+assigned at once, and the ``written`` future of the result settles when the
+bytes reached the OS (None) or the write failed (the error; the log is then
+offline). Records become visible to fetches only then. A duplicate of a
+batch still being written waits for that write too.
 
 Producer state is snapshotted at clean shutdown and rebuilt by replaying the
 log after the snapshot (or from the start) otherwise.
@@ -37,6 +38,7 @@ import contextlib
 import logging
 import mmap
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -74,11 +76,11 @@ SNAPSHOT_FILE = "producer-state.snapshot"
 # segment: the response then points at the page cache and the transport
 # sends from it, instead of pread copying the bytes into a new buffer first.
 MMAP_READ_BYTES = 256 * 1024
-# Appends this large go to the log writer thread; smaller ones are written
-# inline, unless writes are in flight already: then they queue behind them to
-# keep the order. 0: every append goes to the thread (benchmarks/small_appends.py
-# measured the hop as cheaper than the loop stalls of inline writes).
-ASYNC_APPEND_BYTES = 0
+# Appends this large go to the log writer thread (the loop receives the next
+# request while the thread copies); smaller ones are written inline, unless
+# writes are in flight already (they queue behind them to keep the order) or a
+# recent write was slow (``broker.inline_writes``).
+ASYNC_APPEND_BYTES = 64 * 1024
 
 
 def _mapped(region: Any) -> memoryview | None:
@@ -246,11 +248,15 @@ class Partition:
         plog = self.log
         written = None
         try:
-            if plog.writer is not None and (len(view) >= ASYNC_APPEND_BYTES or plog.writes_in_flight):
+            if plog.writer is None:
+                info = plog.append(view, now_ms=now_ms)
+            elif len(view) >= ASYNC_APPEND_BYTES or plog.writes_in_flight or not self.broker.inline_writes.allowed():
                 written = asyncio.get_running_loop().create_future()
                 info = plog.append_async(view, lambda error: self._written(written, error), now_ms=now_ms)
             else:
+                started = time.perf_counter()
                 info = plog.append(view, now_ms=now_ms)
+                self.broker.inline_writes.took(time.perf_counter() - started)
         except LogError as e:
             raise ErrorAnswer(e.error_code, str(e)) from None
         except OSError as e:  # the log turns its own into LogFailed; anything else on the way too
