@@ -250,7 +250,7 @@ async def test_a_closed_writer_refuses_the_append_and_leaves_the_log_usable(tmp_
 async def test_the_writer_reports_each_write_time_to_the_inline_guard(tmp_path) -> None:
     """A write the page cache holds up, on the thread too, keeps small appends off the loop."""
     gate = Gate()
-    guard = InlineWrites(slow_s=0.02, pause_s=60.0)
+    guard = InlineWrites(slow_s=0.2, pause_s=60.0)  # far above a preempted quick write
     writer = ThreadedWriter(asyncio.get_running_loop(), write=gate, inline=guard)
     log = open_log(tmp_path / "p", writer)
     gate.open.set()
@@ -259,9 +259,9 @@ async def test_the_writer_reports_each_write_time_to_the_inline_guard(tmp_path) 
     assert guard.allowed() and guard.pauses == 0  # a quick write
     gate.open.clear()
     _, futs = append_all(log, [batch(1, 10, 1)])
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.4)
     gate.open.set()
     assert [e for e, _ in await asyncio.gather(*futs)] == [None]
-    assert not guard.allowed() and guard.pauses == 1  # held 0.1 s
+    assert not guard.allowed() and guard.pauses == 1  # held 0.4 s
     log.close()
     writer.close()

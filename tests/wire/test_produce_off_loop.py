@@ -77,19 +77,21 @@ async def test_small_appends_leave_the_loop_once_a_write_was_slow(tmp_path: Path
     assert broker.log_writer is not None
     release = lambda: None  # noqa: E731 - replaced by each stall's own
     safety = threading.Timer(0, release)
+    # A slow write here is one held 0.2 s or more: a loaded machine's preemption stays well below.
+    broker.inline_writes.slow_s = 0.2
     try:
         # Quick writes: a small append is written on the loop, nothing goes to the writer thread.
         r = await producer.request("Produce", produce_body(one_batch(b"a" * 1024), acks=1), version=9)
         assert r.responses[0].partition_responses[0].base_offset == 0
         assert broker.log_writer.submitted_bytes == 0 and broker.inline_writes.pauses == 0
 
-        # The page cache holds the next one for 0.3 s: written on the loop, answered after it, and
+        # The page cache holds the next one for 0.5 s: written on the loop, answered after it, and
         # small appends stop being written on the loop.
         release = broker.file_ops.stall("write")
-        threading.Timer(0.3, release).start()
+        threading.Timer(0.5, release).start()
         started = time.perf_counter()
         r = await producer.request("Produce", produce_body(one_batch(b"b" * 1024), acks=1), version=9)
-        assert time.perf_counter() - started >= 0.25
+        assert time.perf_counter() - started >= 0.45
         assert r.responses[0].partition_responses[0].base_offset == 1
         assert broker.inline_writes.pauses == 1 and not broker.inline_writes.allowed()
 

@@ -1,8 +1,10 @@
 """Produce and InitProducerId.
 
-Small appends are synchronous writes to the OS; large ones are copied into
-the page cache by the log writer thread while the loop reads the next
-request (``broker.log.writer``), and the handler waits for that write.
+Small appends are synchronous writes to the OS while writes are quick (and
+go to the writer thread for a while after a slow one,
+``broker.log.inline_writes``); large ones are copied into the page cache by
+the log writer thread while the loop reads the next request
+(``broker.log.writer``), and the handler waits for that write.
 Durability is separate: with acks=-1 the response waits for the group-commit
 fsync of every partition written (unless log.flush.interval.ms says
 otherwise), with acks=1 it is sent once the bytes reach the OS, with acks=0
