@@ -25,6 +25,7 @@ from pathlib import Path
 from shoal.broker.broker import Broker
 from shoal.broker.config.settings import BrokerConfig
 from shoal.broker.log import LogConfig, PartitionLog
+from shoal.broker.metrics.collector import BrokerCollector
 from shoal.client.core.conn import BrokerConnection
 from shoal.protocol.api import api_by_name
 from shoal.protocol.records import build_batch, iter_batches
@@ -62,6 +63,17 @@ async def start_broker(tmp_path: Path, *extra: str) -> tuple[Broker, int]:
     return broker, broker.server.bound[0][1]
 
 
+def slow_writes_metric(broker: Broker) -> float:
+    """``shoal_log_slow_writes_total`` as the broker's /metrics collector reports it."""
+    (value,) = [
+        sample.value
+        for family in BrokerCollector(broker, broker.stats).collect()
+        for sample in family.samples
+        if sample.name == "shoal_log_slow_writes_total"
+    ]
+    return value
+
+
 async def answered_within(conn: BrokerConnection, seconds: float) -> float:
     """Seconds an ApiVersions took (it needs nothing but the loop)."""
     started = time.perf_counter()
@@ -84,6 +96,7 @@ async def test_small_appends_leave_the_loop_once_a_write_was_slow(tmp_path: Path
         r = await producer.request("Produce", produce_body(one_batch(b"a" * 1024), acks=1), version=9)
         assert r.responses[0].partition_responses[0].base_offset == 0
         assert broker.log_writer.submitted_bytes == 0 and broker.inline_writes.pauses == 0
+        assert slow_writes_metric(broker) == 0
 
         # The page cache holds the next one for 0.5 s: written on the loop, answered after it, and
         # small appends stop being written on the loop.
@@ -94,6 +107,7 @@ async def test_small_appends_leave_the_loop_once_a_write_was_slow(tmp_path: Path
         assert time.perf_counter() - started >= 0.45
         assert r.responses[0].partition_responses[0].base_offset == 1
         assert broker.inline_writes.pauses == 1 and not broker.inline_writes.allowed()
+        assert slow_writes_metric(broker) == 1  # what /metrics shows operators
 
         # Now writes hang: the next small append goes to the thread and the loop stays free.
         release = broker.file_ops.stall("write")

@@ -63,6 +63,7 @@ class BrokerCollector(Collector):
         yield from self._network()
         yield from self._logs()
         yield self._log_flushes()
+        yield self._slow_log_writes()
         yield self._purgatories()
         yield from self._coordinators()
         yield from self._groups()
@@ -108,6 +109,13 @@ class BrokerCollector(Collector):
         if flusher is not None:
             times = flusher.flush_times
             fam.add_metric([], list(zip(_BOUNDS, times.cumulative())), times.sum_ns / 1e6)
+        return fam
+
+    def _slow_log_writes(self) -> Metric:
+        fam = _family("slow_log_writes")
+        guard = getattr(self.broker, "inline_writes", None)  # broker.log.inline_writes.InlineWrites
+        if guard is not None:
+            fam.add_sample(_sample_name("slow_log_writes"), {}, guard.pauses)
         return fam
 
     def _coordinators(self) -> Iterator[Metric]:

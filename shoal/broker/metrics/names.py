@@ -46,6 +46,7 @@ Shoal: records archived at the delivery-count limit                        kafka
 kafka.server:type=ShareGroupMetrics,name=DeadLetterQueueRecordCount        kafka_server_sharegroupmetrics_deadletterqueuerecordcount_total{group,topic}
 Shoal: share-partition lag (DescribeShareGroupOffsets' lag)                kafka_sharegroup_lag{group,topic,partition}
 Shoal: ready (1) or not (0), as /health/ready answers                      shoal_broker_ready
+Shoal: log writes of 20 ms or more (small appends then leave the loop)     shoal_log_slow_writes_total
 =========================================================================  =====================================================================
 
 The share-session cache has no eviction meter (Kafka's ``ShareSessionEvictionsPerSec``):
@@ -202,6 +203,12 @@ METRICS: Final = {
     ),
     "share_lag": _m("kafka_sharegroup_lag", "gauge", "Records of a share partition not yet delivered to completion."),
     "ready": _m("shoal_broker_ready", "gauge", "1 when /health/ready answers 200."),
+    "slow_log_writes": _m(
+        "shoal_log_slow_writes",
+        "counter",
+        "Log writes that took 20 ms or more (a throttled page cache); each keeps small appends off the event loop"
+        " for 10 s.",
+    ),
 }
 
 # KIP-932's acknowledge types by their wire value (0, a gap, is not an acknowledgement of a record).
