@@ -46,7 +46,7 @@ Shoal: records archived at the delivery-count limit                        kafka
 kafka.server:type=ShareGroupMetrics,name=DeadLetterQueueRecordCount        kafka_server_sharegroupmetrics_deadletterqueuerecordcount_total{group,topic}
 Shoal: share-partition lag (DescribeShareGroupOffsets' lag)                kafka_sharegroup_lag{group,topic,partition}
 Shoal: ready (1) or not (0), as /health/ready answers                      shoal_broker_ready
-Shoal: log writes of 20 ms or more (small appends then leave the loop)     shoal_log_slow_writes_total
+Shoal: slow log writes (small appends then leave the event loop)           shoal_log_slow_writes_total
 =========================================================================  =====================================================================
 
 The share-session cache has no eviction meter (Kafka's ``ShareSessionEvictionsPerSec``):
@@ -206,8 +206,8 @@ METRICS: Final = {
     "slow_log_writes": _m(
         "shoal_log_slow_writes",
         "counter",
-        "Log writes that took 20 ms or more (a throttled page cache); each keeps small appends off the event loop"
-        " for 10 s.",
+        "Log writes slow enough (a throttled page cache) to keep small appends off the event loop for a while"
+        " (broker.log.inline_writes says how slow and how long).",
     ),
 }
 
