@@ -100,7 +100,9 @@ class Broker:
         self.log_dir.add_listener(self._on_log_dir_failure)
         self.flusher = Flusher(self.file_ops)
         self.log_writer: ThreadedWriter | None = None  # large produce writes, off the event loop; at start
-        self.inline_writes = InlineWrites()  # whether small ones may be written on the loop (slow writes: no)
+        self.inline_writes = InlineWrites(
+            self.clock.monotonic_ms
+        )  # whether small ones may be written on the loop (slow writes: no)
         self.coordinator_writer: ThreadedWriter | None = None  # the coordinators' logs: writes and fsyncs
         self._loop: asyncio.AbstractEventLoop | None = None
         self.fetch_sessions = FetchSessionCache(max_slots=config.get("max.incremental.fetch.session.cache.slots"))

@@ -20,6 +20,7 @@ from shoal.broker.log import LogConfig, LogFailed, PartitionLog
 from shoal.broker.log.inline_writes import InlineWrites
 from shoal.broker.log.segment import write_all
 from shoal.broker.log.writer import ThreadedWriter
+from shoal.broker.timing.clock import SystemClock
 from shoal.protocol.records import BatchHeader, build_batch, iter_batches
 
 T0 = 1_700_000_000_000
@@ -250,7 +251,7 @@ async def test_a_closed_writer_refuses_the_append_and_leaves_the_log_usable(tmp_
 async def test_the_writer_reports_each_write_time_to_the_inline_guard(tmp_path) -> None:
     """A write the page cache holds up, on the thread too, keeps small appends off the loop."""
     gate = Gate()
-    guard = InlineWrites(slow_s=0.2, pause_s=60.0)  # far above a preempted quick write
+    guard = InlineWrites(SystemClock().monotonic_ms, slow_s=0.2, pause_s=60.0)  # far above a preempted quick write
     writer = ThreadedWriter(asyncio.get_running_loop(), write=gate, inline=guard)
     log = open_log(tmp_path / "p", writer)
     gate.open.set()

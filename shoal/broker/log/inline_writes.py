@@ -19,14 +19,14 @@ instead of on every small append. A disk that hangs outright hangs the first
 write on the loop for good, as it hangs Kafka's request handler threads one by
 one; a disk that is merely slow is what this guards against.
 
-A plain object with an injected clock: the owner reports how long each write
-took, and asks before each small append.
+A plain object with an injected clock (the broker's ``monotonic_ms``, as every
+core here takes): the owner reports how long each write took, and asks before
+each small append.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,21 +50,21 @@ class InlineWrites:
     since each slow write sets it on its own).
     """
 
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], int]  # monotonic milliseconds
     slow_s: float = SLOW_WRITE_S
     pause_s: float = PAUSE_S
-    paused_until: float = 0.0  # clock time; 0: never paused
-    pauses: int = 0  # slow writes seen, for the log and the tests
+    paused_until_ms: int = 0  # clock reading; 0: never paused
+    pauses: int = 0  # slow writes seen, for the log and /metrics
 
     def allowed(self) -> bool:
         """True unless a slow write was seen within the last ``pause_s``."""
-        return self.paused_until == 0.0 or self.clock() >= self.paused_until
+        return self.paused_until_ms == 0 or self.clock() >= self.paused_until_ms
 
     def took(self, seconds: float) -> None:
         """Report one write of log bytes that took ``seconds``."""
         if seconds < self.slow_s:
             return
-        self.paused_until = self.clock() + self.pause_s
+        self.paused_until_ms = self.clock() + round(self.pause_s * 1000)
         self.pauses += 1
         log.info(
             "a log write took %.0f ms: small appends go to the writer thread for the next %.0f s",
