@@ -340,13 +340,14 @@ class ShareCoordinator:
             settle(_error(code, f"could not write share-group state: {e}"))
 
         def done(f: asyncio.Future) -> None:
+            failure = None if f.cancelled() else f.exception()  # read, or asyncio logs it as never retrieved
             if future.done():
                 return
             if f.cancelled():
                 timer.cancel()
                 settle(_error(ErrorCode.NOT_COORDINATOR, "share-group state write cancelled"))
                 return
-            durable(f.exception())
+            durable(failure)
 
         hook.append(durable)
         fut.add_done_callback(done)
