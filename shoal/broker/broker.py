@@ -63,6 +63,7 @@ from shoal.broker.security.acl import CLUSTER_NAME
 from shoal.broker.security.authenticator import SaslServer
 from shoal.broker.security.principal import USER_TYPE, KafkaPrincipal
 from shoal.broker.timing.clock import SystemClock
+from shoal.broker.timing.prompt import Prompt
 from shoal.broker.timing.purgatory import Purgatory
 from shoal.broker.timing.timer import AsyncTimer
 from shoal.protocol.api import api_by_name
@@ -458,15 +459,35 @@ class Broker:
         except Exception as e:  # noqa: BLE001 - a bug: logged with its traceback, answered as Kafka does
             self._unexpected(e, f"handler {h.name}", ctx, body, slot, conn)
             return
-        self._answer(result, h.name, ctx, body, slot, conn)
+        self._answer(result, h.name, ctx, body, slot, conn, prompt=h.prompt)
 
-    def _answer(self, result: Any, name: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
-        if inspect.isawaitable(result):
+    def _answer(
+        self, result: Any, name: str, ctx: Any, body: Any, slot: Any, conn: Any, *, prompt: bool = False
+    ) -> None:
+        if prompt and inspect.iscoroutine(result):
+            self._answer_prompt(result, name, ctx, body, slot, conn)
+        elif inspect.isawaitable(result):
             task = asyncio.ensure_future(self._answer_when_done(result, name, ctx, body, slot, conn))
             conn.tasks.add(task)
             task.add_done_callback(conn.tasks.discard)
         else:
             conn.complete(slot, result)
+
+    def _answer_prompt(self, coro: Any, name: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
+        """`_answer_when_done` under a Prompt: answered in the step that ends the handler, and a
+        PromptFuture's wait (a share acknowledgement's state write) resumes in the turn it ends."""
+
+        def answered(result: Any) -> None:
+            conn.tasks.discard(prompt)
+            conn.complete(slot, result)
+
+        def failed(exc: BaseException) -> None:
+            conn.tasks.discard(prompt)
+            if not conn.closed:
+                self._unexpected(exc, f"handler {name}", ctx, body, slot, conn)
+
+        prompt = Prompt(coro, answered, failed)
+        conn.tasks.add(prompt)
 
     async def _answer_when_done(self, pending: Any, name: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         """Await a handler and answer in the task's own last step: a done-callback would answer

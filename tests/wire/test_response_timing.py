@@ -6,6 +6,8 @@ each cost one more loop turn, and a loaded loop's turn costs milliseconds (the
 acknowledgement round trips of benchmarks/share_scaling.py). Order still holds: a
 response never overtakes an earlier request's. The handler is held with the broker's
 own fault injection (an intercept callback that awaits a future the test releases).
+A ShareFetch that acknowledges goes further: it runs on in the very call that settles
+its state write (timing/prompt.py), so it is answered before that turn ends.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from typing import Any
 
 import pytest
 
+from shoal.broker.share.partition_manager import AckWrite
 from shoal.protocol.api import api_by_name
+from shoal.protocol.constants import ACCEPT
 from shoal.testing import EmbeddedBroker
-from tests.support.brokers import RawClient
+from tests.support.brokers import InProcessBroker, RawClient
+from tests.support.share_wire import FAST, acquired, batch, fetch, part, ready_topic
 
 AV = api_by_name("ApiVersions").request_class()(client_software_name="timing-test", client_software_version="1")
 
@@ -88,3 +93,37 @@ def test_a_waiting_request_still_holds_back_the_answers_behind_it() -> None:
             future.get_loop().call_soon_threadsafe(future.set_result, None)
             got = [c.recv_frame() for _ in range(2)]
             assert [int.from_bytes(f[:4], "big") for f in got] == [first, second]
+
+
+def test_a_share_fetch_is_answered_in_the_turn_its_acknowledgement_became_durable(tmp_path) -> None:
+    broker = InProcessBroker(tmp_path / "data", FAST).start()
+    try:
+        tid = ready_topic(broker, "rt", "g-rt", 3)
+        shoal = broker.embedded.broker
+        mgr = shoal.share_partitions
+        begin = mgr.begin_acknowledge
+        unanswered: list[int] = []
+
+        def watched(entry, member, batches):
+            # Called by the handler; the callback added here is the first on the write's future,
+            # so it runs in the turn after the write settled -- before a Task awaiting it would.
+            out = begin(entry, member, batches)
+            if isinstance(out, AckWrite):
+                out.future.add_done_callback(
+                    lambda _f: unanswered.append(sum(c.in_flight for c in shoal.server.connections))
+                )
+            return out
+
+        with RawClient(broker.port) as c:
+            assert acquired(fetch(c, "g-rt", "m", 0, [(tid, 0)])) == [(0, 2, 1)]
+            mgr.begin_acknowledge = watched
+            try:
+                r = fetch(c, "g-rt", "m", 1, acks={(tid, 0): [batch(0, 2, ACCEPT)]})
+            finally:
+                del mgr.begin_acknowledge
+            assert part(r).acknowledge_error_code == 0
+            _until(lambda: unanswered, "the write's done-callback")
+            # Answered inside the settle (a handler Task would still be waiting for its wake-up: 1).
+            assert unanswered == [0]
+    finally:
+        broker.stop()

@@ -32,22 +32,32 @@ class Handler:
     max_version: int
     fn: HandlerFn
     advertised_min: int | None = None  # ApiVersions lists this floor instead (Kafka 4's Produce, KAFKA-18659)
+    prompt: bool = False  # run under timing.prompt.Prompt, not a Task: its PromptFuture waits resume at once
 
 
 class HandlerTable:
     def __init__(self) -> None:
         self._by_key: dict[int, Handler] = {}
 
-    def add(self, name: str, fn: HandlerFn, min_version: int | None = None, max_version: int | None = None) -> None:
+    def add(
+        self,
+        name: str,
+        fn: HandlerFn,
+        min_version: int | None = None,
+        max_version: int | None = None,
+        *,
+        prompt: bool = False,
+    ) -> None:
         """Serve API `name` with `fn` for the given versions (default: every released version the
         codec has -- a latest version its spec marks unstable is neither served nor advertised,
-        as Kafka with unstable.api.versions.enable=false)."""
+        as Kafka with unstable.api.versions.enable=false). `prompt`: a coroutine `fn` returns is
+        driven by ``timing.prompt.Prompt``, so it resumes in the turn a PromptFuture it awaits is set."""
         a = api_by_name(name)
         lo = a.min_version if min_version is None else max(min_version, a.min_version)
         hi = a.stable_max_version if max_version is None else min(max_version, a.stable_max_version)
         if a.key in self._by_key:
             raise ValueError(f"{name} registered twice")
-        self._by_key[a.key] = Handler(a.key, name, lo, hi, fn)
+        self._by_key[a.key] = Handler(a.key, name, lo, hi, fn, prompt=prompt)
 
     def kafka4_floor(self) -> None:
         """Serve nothing below Kafka 4.2's version floor (KIP-896): shoal.legacy.api.versions.enable=false."""

@@ -37,6 +37,7 @@ from shoal.broker.partition.partition import fetch_key
 from shoal.broker.share.ack_batches import ack_batches_problem
 from shoal.broker.share.partition_manager import AckWrite, Entry
 from shoal.broker.share.session import ContextKind, SessionError
+from shoal.broker.timing.prompt import PromptFuture
 from shoal.broker.timing.purgatory import DelayedOperation
 from shoal.protocol import messages
 from shoal.protocol.constants import RENEW, ShareAcquireMode
@@ -207,7 +208,7 @@ class ShareFetchOperation:
 class DelayedShareFetch(DelayedOperation):
     __slots__ = ("future", "op")
 
-    def __init__(self, op: ShareFetchOperation, timeout_ms: int, future: asyncio.Future) -> None:
+    def __init__(self, op: ShareFetchOperation, timeout_ms: int, future: PromptFuture) -> None:
         super().__init__(timeout_ms)
         self.op, self.future = op, future
 
@@ -313,7 +314,7 @@ async def handle_share_fetch(broker: Broker, ctx: RequestContext, req: messages.
         op.errors.update((k, _TOPIC_DENIED) for k in wanted if k[0] in denied)
         await op.load([k for k in wanted if k[0] not in denied])
         if not op.try_acquire() and not op.errors and req.max_wait_ms > 0 and op.entries:
-            future = asyncio.get_running_loop().create_future()
+            future = PromptFuture()
             broker.fetch_purgatory.try_complete_else_watch(
                 DelayedShareFetch(op, req.max_wait_ms, future), op.watch_keys()
             )
@@ -417,5 +418,7 @@ async def handle_share_acknowledge(broker: Broker, ctx: RequestContext, req: mes
 
 
 def register(table: HandlerTable) -> None:
-    table.add("ShareFetch", handle_share_fetch)
-    table.add("ShareAcknowledge", handle_share_acknowledge)
+    # Prompt: the rest of a request runs in the turn its acknowledgement became durable, or its
+    # long poll was woken (timing/prompt.py says why)
+    table.add("ShareFetch", handle_share_fetch, prompt=True)
+    table.add("ShareAcknowledge", handle_share_acknowledge, prompt=True)

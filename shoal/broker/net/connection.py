@@ -133,7 +133,7 @@ class Connection(asyncio.BufferedProtocol):
         self._admitted = False  # counted against the connection limits (see Server.admit)
         self._ip = "?"
         self.last_active = server.clock.monotonic_ms()
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[Any] = set()  # handlers in progress (Tasks, timing.prompt.Prompts): cancelled on close
         self._trace = trace.isEnabledFor(logging.DEBUG)
         # The broker's counters (/metrics); a stand-in broker (unit tests) gets counters of its own.
         self._stats: BrokerStats = getattr(self.broker, "stats", None) or BrokerStats()

@@ -70,6 +70,7 @@ from shoal.broker.share.session import ShareSessionCache
 from shoal.broker.share.share_metrics import count_acknowledged, count_expired
 from shoal.broker.share.share_partition import SharePartition
 from shoal.broker.share.write_pipeline import Group, WritePipeline
+from shoal.broker.timing.prompt import PromptFuture
 from shoal.broker.timing.wheel import TimerTask
 from shoal.protocol.constants import ARCHIVED, ARCHIVING
 from shoal.protocol.errors import ErrorCode
@@ -107,6 +108,7 @@ class Entry:
     # base offset -> (RecordIndex, its header without the bytes) of large batches (record_limit)
     slices: dict = field(default_factory=dict)
     rejects: list = field(default_factory=list)  # (first, last) REJECTed, ARCHIVING, not yet copied
+    answering: list | None = None  # _settle is answering these waiters (a nested _settle adds its own)
 
 
 @dataclass(slots=True)
@@ -457,7 +459,7 @@ class SharePartitionManager:
             return 0, None
         rejected = rejected_ranges(batches) if sp.archive_to == ARCHIVING else []
         entry.rejects += rejected  # the dead-letter cause of these offsets (KIP-1191)
-        future = asyncio.get_running_loop().create_future()
+        future = PromptFuture()  # the handler (a Prompt) goes on inside _settle: see there
         self._enqueue(entry, change, future, undo=True)
         return AckWrite(self, entry, batches, change, rejected, future)
 
@@ -528,6 +530,7 @@ class SharePartitionManager:
 
     def _settle(self, entry: Entry, settled: list[Group]) -> None:
         """Answer the waiters of writes that settled (oldest first) and send what may go next."""
+        answers: list[tuple[Any, int | None]] = []
         for group in settled:
             if group.error:
                 log.warning("share partition %s: state write failed: %s", entry.key, ErrorCode(group.error).name)
@@ -540,12 +543,31 @@ class SharePartitionManager:
                     entry.persisted_start = max(entry.persisted_start, group.start_offset)
                 self._dead_letter(entry, group.batches)
             # Every request waiting on these changes is answered, whatever happened.
-            for p in group.items:
-                if p.waiter is not None and not p.waiter.done():
-                    p.waiter.set_result(group.error)
-        if settled:
-            self._wake(entry)
+            answers.extend((p.waiter, group.error) for p in group.items if p.waiter is not None)
+        if not settled:
+            return
+        if entry.answering is not None:  # inside an outer _settle's answers: it answers these after its own
+            entry.answering.extend(answers)
             self._pump(entry)
+            self._wake(entry)
+            return
+        # The next write is sent first, then waiting fetches are woken and the waiters answered,
+        # oldest first. Both run handlers: a waiter is a PromptFuture whose handler goes on inside
+        # set_result (it acquires and answers), and so does a long poll woken in the purgatory; a
+        # turn's worth of members' answers must not hold back the write behind theirs. A write
+        # that fails at once settles inside _pump: its waiters join the end of this list.
+        entry.answering = answers
+        try:
+            self._pump(entry)
+            self._wake(entry)
+            i = 0
+            while i < len(answers):
+                waiter, error = answers[i]
+                i += 1
+                if not waiter.done():
+                    waiter.set_result(error)
+        finally:
+            entry.answering = None
 
     def _persist_start(self, entry: Entry) -> None:
         """Write the start offset if memory moved it past the durable one with no Change to carry it
