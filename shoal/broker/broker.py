@@ -483,8 +483,7 @@ class Broker:
 
         def failed(exc: BaseException) -> None:
             conn.tasks.discard(prompt)
-            if not conn.closed:
-                self._unexpected(exc, f"handler {name}", ctx, body, slot, conn)
+            self._handler_failed(exc, name, ctx, body, slot, conn)
 
         prompt = Prompt(coro, answered, failed)
         conn.tasks.add(prompt)
@@ -495,10 +494,13 @@ class Broker:
         try:
             result = await pending
         except Exception as e:  # noqa: BLE001 - a bug: logged with its traceback, answered as Kafka does
-            if not conn.closed:
-                self._unexpected(e, f"handler {name}", ctx, body, slot, conn)
+            self._handler_failed(e, name, ctx, body, slot, conn)
             return
         conn.complete(slot, result)
+
+    def _handler_failed(self, exc: BaseException, name: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
+        if not conn.closed:
+            self._unexpected(exc, f"handler {name}", ctx, body, slot, conn)
 
     def _unexpected(self, exc: BaseException, what: str, ctx: Any, body: Any, slot: Any, conn: Any) -> None:
         """A handler raised what no rule of ARCHITECTURE.md's "Errors" expects: a bug.

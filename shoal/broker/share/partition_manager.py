@@ -560,10 +560,7 @@ class SharePartitionManager:
         try:
             self._pump(entry)
             self._wake(entry)
-            i = 0
-            while i < len(answers):
-                waiter, error = answers[i]
-                i += 1
+            for waiter, error in answers:  # also those a nested _settle appends meanwhile
                 if not waiter.done():
                     waiter.set_result(error)
         finally:
