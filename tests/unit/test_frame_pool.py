@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from shoal.broker.net.buffers import GRANULE, FramePool, RequestMemory, in_use
+from shoal.broker.net.buffers import RequestMemory
 from shoal.broker.net.connection import Connection
 from shoal.broker.net.contract import NO_RESPONSE
 from shoal.broker.timing.clock import ManualClock
 from shoal.protocol.api import api_by_name
+from shoal.protocol.buffers import GRANULE, FramePool, in_use
 from shoal.protocol.frames import encode_request
 from shoal.protocol.records import build_batch
 

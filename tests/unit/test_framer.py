@@ -21,13 +21,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.broker.net.buffers import FramePool, RequestMemory
+from shoal.broker.net.buffers import RequestMemory
 from shoal.broker.net.connection import Connection
 from shoal.broker.net.contract import NO_RESPONSE
 from shoal.broker.timing.clock import ManualClock
 from shoal.client.core.conn import BrokerConnection
 from shoal.client.core.errors import KafkaConnectionError
 from shoal.protocol.api import api_by_name
+from shoal.protocol.buffers import FramePool
 from shoal.protocol.frames import (
     PREFIX,
     Framer,
@@ -528,16 +529,43 @@ async def test_client_closes_on_a_bad_response_size_before_buffering(size: int) 
 
 
 async def test_client_response_decodes_from_the_received_buffer() -> None:
-    """A big response is received straight into a buffer of its exact size; its record set
-    is a view of that buffer, not a copy."""
+    """A big response is received straight into a pooled buffer of at least its size; its
+    record set is a view of that buffer, not a copy."""
     conn, _ = _client()
     fetch = api_by_name("Fetch")
     fut = conn.send("Fetch", fetch.request_class()(), version=12)
     frame = b"".join(bytes(p) for p in encode_response(fetch.key, 12, 1, _fetch_response(b"r" * 500_000)))
     _client_feed(conn, frame, [1000, 1 << 20])
     records = (await fut).responses[0].partitions[0].records
-    assert isinstance(records, memoryview) and len(records.obj) == len(frame) - PREFIX  # type: ignore[arg-type]
+    assert isinstance(records, memoryview) and len(records.obj) >= len(frame) - PREFIX  # type: ignore[arg-type]
     corr, body = decode_response(memoryview(frame)[4:], fetch.key, 12)
     assert corr == 1 and bytes(body.responses[0].partitions[0].records) == bytes(records)
+    conn.close()
+    await asyncio.sleep(0)
+
+
+async def test_client_reuses_a_big_response_buffer_only_once_nothing_reads_it() -> None:
+    """The next big response lands in the previous one's buffer when no view of it is left
+    (no fresh pages to fault in per answer), and in another buffer while one is: records
+    a caller still holds are never overwritten."""
+    conn, _ = _client()
+    fetch = api_by_name("Fetch")
+
+    async def receive(fill: bytes) -> memoryview:
+        fut = conn.send("Fetch", fetch.request_class()(), version=12)
+        frame = b"".join(
+            bytes(p) for p in encode_response(fetch.key, 12, conn._correlation, _fetch_response(fill * 300_000))
+        )
+        _client_feed(conn, frame, [70_000, 1 << 20])
+        return (await fut).responses[0].partitions[0].records
+
+    first = await receive(b"a")
+    held = first.obj
+    second = await receive(b"b")  # `first` is still alive: its buffer must not be reused
+    assert second.obj is not held and bytes(first) == b"a" * 300_000
+    spare = second.obj
+    del first, second
+    third = await receive(b"c")
+    assert third.obj in (held, spare) and bytes(third) == b"c" * 300_000
     conn.close()
     await asyncio.sleep(0)

@@ -39,11 +39,11 @@ from typing import Any
 
 from shoal.broker.config.settings import Listener
 from shoal.broker.metrics.counters import BrokerStats
-from shoal.broker.net.buffers import FramePool
 from shoal.broker.net.contract import NO_RESPONSE, ConnectionOwner, RequestContext
 from shoal.broker.security.authenticator import SASL_PROTOCOLS, AuthFailed, RawToken
 from shoal.broker.security.principal import ANONYMOUS, KafkaPrincipal
 from shoal.protocol.api import api_by_name
+from shoal.protocol.buffers import FramePool
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.frames import PREFIX, Framer, UnsupportedRequest, decode_request, encode_frame, encode_response
 

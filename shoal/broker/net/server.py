@@ -16,11 +16,12 @@ from collections import Counter
 
 from shoal.broker.config.keys import parse_ip_overrides
 from shoal.broker.config.settings import Listener
-from shoal.broker.net.buffers import FramePool, RequestMemory
+from shoal.broker.net.buffers import RequestMemory
 from shoal.broker.net.connection import Connection
 from shoal.broker.net.contract import Dispatcher
 from shoal.broker.net.tls import ListenerTls, listener_tls
 from shoal.broker.security.principal import KafkaPrincipal
+from shoal.protocol.buffers import FramePool
 
 log = logging.getLogger("shoal.server")
 QUIET_MS = 1000  # a connection this quiet gives back the staging pages of its last burst

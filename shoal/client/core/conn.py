@@ -36,6 +36,7 @@ from typing import Any
 from shoal.client.core.errors import KafkaConnectionError, KafkaTimeoutError, UnsupportedVersionError
 from shoal.client.core.sasl import SaslLogin, authenticate
 from shoal.protocol.api import Api, api, api_by_name
+from shoal.protocol.buffers import FramePool
 from shoal.protocol.errors import ErrorCode
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.frames import PREFIX, Framer, decode_response, encode_request, peek_correlation_id
@@ -48,6 +49,10 @@ SOFTWARE_NAME = "shoal-python"
 SOFTWARE_VERSION = "0.1.0"
 
 _STAGING = 64 * 1024
+# Large answers are received into pooled buffers (``protocol.buffers``): up to this many bytes of
+# them stay with the connection for the next answer, so a consumer's fetches reuse their memory
+# instead of faulting in fresh pages for every answer.
+_POOL_BYTES = 64 * 1024 * 1024
 _MAX_RESPONSE = 1 << 30  # a response larger than 1 GiB is a broken stream
 _API_VERSIONS = api_by_name("ApiVersions").key
 
@@ -90,7 +95,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._staged = 0
         # A response is at least its correlation id; sizes and frame bounds are the framer's.
         self._framer = Framer(_MAX_RESPONSE, min_size=4, limit="the client's response limit")
-        self._big: bytearray | None = None  # a response too big for staging, received straight into it
+        self._big: Any = None  # a response too big for staging, received straight into a buffer of the pool
+        self._pool = FramePool(max_bytes=_POOL_BYTES, max_frame=_POOL_BYTES)
         self._closed = False
         self._close_reason: BaseException | None = None
         self._write_ready: asyncio.Future | None = None
@@ -291,6 +297,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 if self._framer.received(nbytes):
                     buf, self._big = self._big, None
                     self._on_frame(self._framer.payload(buf))
+                    self._pool.give(buf)  # taken again only once nothing reads it (see FramePool)
                 return
             self._staged += nbytes
             self._drain_staging()
@@ -310,7 +317,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
             if frame is None:
                 size = framer.partial
                 if size + PREFIX > len(buf):
-                    big = bytearray(size)
+                    big = self._pool.take(size)
                     framer.receive_into(buf, n, big)
                     self._big = big
                 break
