@@ -364,10 +364,15 @@ def test_split_acquired_one_partition_per_task_deterministic_and_complete() -> N
 
 def test_executor_keeps_exactly_the_acquired_offsets_with_their_counts() -> None:
     pytest.importorskip("pyspark")
-    from shoal.client.spark.acquired import _Keeper
+    from shoal.client.spark.rows import RowColumns, arrow_schema, source_schema
+    from shoal.protocol.records import build_batch
 
-    keep = _Keeper(((2, 4, 1), (7, 7, 3), (9, 12, 2)))
-    first, counts = keep([Rec("t", 0, o) for o in range(0, 8)])  # a batch starting before the range
-    assert [r.offset for r in first] == [2, 3, 4, 7] and counts == [1, 1, 1, 3]
-    rest, counts = keep([Rec("t", 0, o) for o in (8, 10, 11, 13, 14)])  # 9 and 12 hold no record
-    assert [r.offset for r in rest] == [10, 11] and counts == [2, 2]
+    spans = ((2, 4, 1), (7, 7, 3), (9, 12, 2))
+    columns = RowColumns(arrow_schema(source_schema(False)))
+    first = build_batch([(None, b"v", [], 1)] * 8)  # a batch starting before the ranges
+    assert columns.add_fetched("t", 0, first, spans) == (4, 8)
+    # 9 and 12 hold no record (compacted away)
+    rest = build_batch([(None, b"v", [], 1)] * 5, base_offset=8, offset_deltas=[0, 2, 3, 5, 6])
+    assert columns.add_fetched("t", 0, rest, [s for s in spans if s[1] >= 8]) == (2, 15)
+    rows = columns.batch().to_pylist()
+    assert [(r["offset"], r["deliveryCount"]) for r in rows] == [(2, 1), (3, 1), (4, 1), (7, 3), (10, 2), (11, 2)]

@@ -19,9 +19,9 @@ from typing import Any
 
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.record_sets import decode_record_set
-from shoal.protocol.records import CURRENT_MAGIC, MAGIC_POS, Record, iter_batches
+from shoal.protocol.records import CURRENT_MAGIC, MAGIC_POS, BatchHeader, Record, iter_batches
 
-__all__ = ["ConsumerRecord", "RecordBatchView", "decode_record_set_for", "iter_record_batches"]
+__all__ = ["ConsumerRecord", "RecordBatchView", "ReturnedBatches", "decode_record_set_for", "iter_record_batches"]
 
 Deserializer = Callable[[bytes | None], Any] | None
 
@@ -126,28 +126,9 @@ def decode_record_set_for(
     if len(view) > MAGIC_POS and view[MAGIC_POS] != CURRENT_MAGIC:
         return _decode_legacy(topic, partition, view, start_offset, check_crcs, key_deserializer, value_deserializer)
     out: list[ConsumerRecord] = []
-    next_offset = start_offset
-    pending = sorted(aborted_transactions, key=lambda a: a[1]) if aborted_transactions else None
-    aborted: set[int] = set()
     plain = key_deserializer is None and value_deserializer is None
-    for header, _ in iter_batches(view, allow_partial=True):
-        if header.magic != 2:
-            raise ProtocolError(f"unsupported magic {header.magic}")
-        last = header.last_offset
-        if last >= next_offset:
-            next_offset = last + 1
-        if pending is not None and header.producer_id >= 0:
-            while pending and pending[0][1] <= last:
-                aborted.add(pending.pop(0)[0])
-            if header.is_control:
-                markers = header.records(verify_crc=check_crcs) if header.records_count else []
-                if markers and markers[0].control is not None and markers[0].control.is_abort:
-                    aborted.discard(header.producer_id)
-                continue
-            if header.is_transactional and header.producer_id in aborted:
-                continue
-        if header.is_control or not header.records_count or last < start_offset:
-            continue
+    batches = ReturnedBatches(view, start_offset, aborted_transactions, check_crcs=check_crcs)
+    for header in batches:
         epoch = header.partition_leader_epoch
         if plain:
 
@@ -169,7 +150,65 @@ def decode_record_set_for(
         if header.base_offset < start_offset:
             records = [r for r in records if r.offset >= start_offset]
         out += records
-    return out, next_offset
+    return out, batches.next_offset
+
+
+class ReturnedBatches:
+    """The magic 2 batches of a fetched record set whose records a consumer returns.
+
+    Iterating yields the ``BatchHeader`` of every data batch with records at or
+    after ``start_offset``, in order, passing over control batches, empty
+    batches and -- given ``aborted_transactions``, the (producer id, first
+    offset) pairs of a read_committed Fetch answer -- the batches of aborted
+    transactions, as Kafka's consumer does: a producer's transactional batches
+    are skipped from the first offset of its aborted transaction up to its
+    abort marker. A trailing partial batch (the broker cut at its byte limit)
+    ends the iteration. ``next_offset`` is then the offset after the last
+    whole batch, so a reader advances past batches that held nothing to
+    return. Only headers are read (and the abort markers' records); decoding
+    the returned batches is the caller's, as records or as columns.
+    """
+
+    __slots__ = ("_aborted", "_check_crcs", "_pending", "_start", "_view", "next_offset")
+
+    def __init__(
+        self,
+        view: memoryview,
+        start_offset: int,
+        aborted_transactions: Iterable[tuple[int, int]] | None = None,
+        *,
+        check_crcs: bool = True,
+    ) -> None:
+        self._view = view
+        self._start = start_offset
+        self._check_crcs = check_crcs
+        self._pending = sorted(aborted_transactions, key=lambda a: a[1]) if aborted_transactions else None
+        self._aborted: set[int] = set()
+        self.next_offset = start_offset
+
+    def __iter__(self) -> Iterator[BatchHeader]:
+        pending = self._pending
+        aborted = self._aborted
+        start = self._start
+        for header, _ in iter_batches(self._view, allow_partial=True):
+            if header.magic != 2:
+                raise ProtocolError(f"unsupported magic {header.magic}")
+            last = header.last_offset
+            if last >= self.next_offset:
+                self.next_offset = last + 1
+            if pending is not None and header.producer_id >= 0:
+                while pending and pending[0][1] <= last:
+                    aborted.add(pending.pop(0)[0])
+                if header.is_control:
+                    markers = header.records(verify_crc=self._check_crcs) if header.records_count else []
+                    if markers and markers[0].control is not None and markers[0].control.is_abort:
+                        aborted.discard(header.producer_id)
+                    continue
+                if header.is_transactional and header.producer_id in aborted:
+                    continue
+            if header.is_control or not header.records_count or last < start:
+                continue
+            yield header
 
 
 def _decode_legacy(

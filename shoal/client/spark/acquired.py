@@ -10,7 +10,8 @@ offset range (``client.spark.batch.range_chunks``: Fetch from the partition's
 leader on a connection of its own) and keeps exactly the acquired offsets:
 
 * a range may start and end inside a record batch, and the records between
-  two ranges of a task (acquired by another member) are fetched and dropped;
+  two ranges of a task (acquired by another member) are fetched and dropped
+  (``RowColumns.add_fetched`` cuts the decoded columns to the ranges);
 * offsets with no record (compacted away) yield nothing; control records are
   never returned by the decoder, and aborted transactions are never acquired
   by a read_committed share group, so the Fetch is read_uncommitted;
@@ -80,40 +81,8 @@ def read_acquired(
     spans = part.spans
     rng = OffsetRange(part.topic, part.partition, spans[0][0], spans[-1][1] + 1)
     columns = RowColumns(arrow_schema(schema))
-    keep = _Keeper(spans)
     # A broker restart between the plan and the read: keep trying for the API timeout.
-    chunks = range_chunks(config, rng, fail_on_data_loss=fail_on_data_loss, connect_ms=config["default.api.timeout.ms"])
-    for records in chunks:
-        kept, counts = keep(records)
-        if kept:
-            columns.add_records(part.topic, part.partition, kept, counts)
-            yield columns.batch()
-
-
-class _Keeper:
-    """Filters ascending records down to the acquired offsets and gives their delivery counts."""
-
-    __slots__ = ("i", "spans")
-
-    def __init__(self, spans: tuple[Span, ...]) -> None:
-        self.spans = spans
-        self.i = 0
-
-    def __call__(self, records: list[Any]) -> tuple[list[Any], list[int]]:
-        spans = self.spans
-        if len(spans) == 1:  # the usual case: one range, and the read covers exactly it
-            return records, [spans[0][2]] * len(records)
-        kept: list[Any] = []
-        counts: list[int] = []
-        i, n = self.i, len(spans)
-        for r in records:
-            o = r.offset
-            while i < n and o > spans[i][1]:
-                i += 1
-            if i == n:
-                break
-            if o >= spans[i][0]:
-                kept.append(r)
-                counts.append(spans[i][2])
-        self.i = i
-        return kept, counts
+    for _ in range_chunks(
+        config, rng, columns, spans, fail_on_data_loss=fail_on_data_loss, connect_ms=config["default.api.timeout.ms"]
+    ):
+        yield columns.batch()

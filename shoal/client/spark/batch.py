@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -52,7 +52,6 @@ from shoal.client.core.errors import (
     KafkaConnectionError,
     KafkaTimeoutError,
 )
-from shoal.client.core.records import decode_record_set_for
 from shoal.client.spark.offsets import (
     OffsetRange,
     check_known_partitions,
@@ -61,7 +60,7 @@ from shoal.client.spark.offsets import (
     timestamps_to_look_up,
 )
 from shoal.client.spark.options import SourceOptions
-from shoal.client.spark.rows import RowColumns, arrow_schema
+from shoal.client.spark.rows import Piece, RowColumns, arrow_schema
 from shoal.protocol.api import api_by_name
 from shoal.protocol.constants import IsolationLevel, ListOffsetsTimestamp
 from shoal.protocol.errors import ErrorCode
@@ -127,28 +126,33 @@ class ShoalBatchReader(DataSourceReader):
             return  # Spark's placeholder task when nothing is to be read
         rng = OffsetRange(partition.topic, partition.partition, partition.start, partition.end)
         columns = RowColumns(arrow_schema(self.schema))
-        for records in range_chunks(self.config, rng, fail_on_data_loss=self.options.fail_on_data_loss):
-            columns.add_records(rng.topic, rng.partition, records)
+        for _ in range_chunks(self.config, rng, columns, fail_on_data_loss=self.options.fail_on_data_loss):
             yield columns.batch()
 
 
 def range_chunks(
-    config: Config, rng: OffsetRange, *, fail_on_data_loss: bool = True, connect_ms: float = 0
-) -> Iterator[list[Any]]:
+    config: Config,
+    rng: OffsetRange,
+    columns: RowColumns,
+    pieces: Sequence[Piece] | None = None,
+    *,
+    fail_on_data_loss: bool = True,
+    connect_ms: float = 0,
+) -> Iterator[int]:
     """``read_range`` for synchronous callers (executor tasks): a private loop and connection,
     both closed when the iteration ends or is abandoned. ``connect_ms``: how long to keep trying
     to reach the cluster (a stream's task outlives a broker restart; a batch read fails fast)."""
     loop = asyncio.new_event_loop()
     core = ClientCore(config)
-    chunks = read_range(core, rng, fail_on_data_loss=fail_on_data_loss)
+    chunks = read_range(core, rng, columns, pieces, fail_on_data_loss=fail_on_data_loss)
     try:
         loop.run_until_complete(_connect(core, connect_ms))
         while True:
             try:
-                records = loop.run_until_complete(anext(chunks))
+                rows = loop.run_until_complete(anext(chunks))
             except StopAsyncIteration:
                 break
-            yield records
+            yield rows
     finally:
         with contextlib.suppress(Exception):
             loop.run_until_complete(chunks.aclose())
@@ -281,9 +285,21 @@ async def list_offsets(
 
 
 # -- reading (executors) ------------------------------------------------------------------
-async def read_range(core: ClientCore, rng: OffsetRange, *, fail_on_data_loss: bool = True) -> AsyncIterator[list[Any]]:
-    """Yield the records of ``rng`` fetch by fetch (lists of protocol Records, offsets ascending)."""
+async def read_range(
+    core: ClientCore,
+    rng: OffsetRange,
+    columns: RowColumns,
+    pieces: Sequence[Piece] | None = None,
+    *,
+    fail_on_data_loss: bool = True,
+) -> AsyncIterator[int]:
+    """Append the records of ``rng`` to ``columns`` fetch by fetch, yielding after each fetch
+    that added rows (how many). ``pieces``: only these (first, last, delivery count) ranges
+    of ``rng`` become rows, with their counts; by default all of it, without a count."""
     cfg = core.config
+    check_crcs = cfg["check.crcs"]
+    if pieces is None:
+        pieces = ((rng.start, rng.end - 1, None),)
     F = api_by_name("Fetch").request_class()
     tp = rng.tp
     isolation = IsolationLevel.of_setting(cfg["isolation.level"])
@@ -343,9 +359,18 @@ async def read_range(core: ClientCore, rng: OffsetRange, *, fail_on_data_loss: b
                 f"{tp}: offset {offset} is out of range (log start {part.log_start_offset}, "
                 f"high watermark {part.high_watermark}); set failOnDataLoss=false to skip missing records"
             )
-        records, next_offset = _records_in(part, offset, rng.end, cfg["check.crcs"], isolation)
+        aborted = None
+        if isolation and part.aborted_transactions:
+            aborted = [(a.producer_id, a.first_offset) for a in part.aborted_transactions]
+        todo = [p for p in pieces if p[1] >= offset]
+        if todo and todo[0][0] < offset:
+            todo[0] = (offset, todo[0][1], todo[0][2])
+        rows, next_offset = columns.add_fetched(
+            tp.topic, tp.partition, part.records, todo, check_crcs=check_crcs, aborted_transactions=aborted
+        )
+        limit = part.last_stable_offset if isolation and part.last_stable_offset >= 0 else part.high_watermark
+        part = None  # its buffer goes back to the connection's pool for the next answer
         if next_offset <= offset:
-            limit = part.last_stable_offset if isolation and part.last_stable_offset >= 0 else part.high_watermark
             if limit <= offset:
                 # The log no longer reaches the planned end: records were truncated away.
                 if not fail_on_data_loss:
@@ -360,18 +385,5 @@ async def read_range(core: ClientCore, rng: OffsetRange, *, fail_on_data_loss: b
                 )
             continue  # nothing in this answer (a fetch that waited): ask again
         offset = next_offset
-        if records:
-            yield records
-
-
-def _records_in(part: Any, offset: int, end: int, check_crcs: bool, isolation: int) -> tuple[list[Any], int]:
-    """Records of one fetched partition within ``[offset, end)`` and the offset after the last whole batch."""
-    aborted = None
-    if isolation and part.aborted_transactions:
-        aborted = [(a.producer_id, a.first_offset) for a in part.aborted_transactions]
-    records, next_offset = decode_record_set_for(
-        "", 0, part.records, start_offset=offset, check_crcs=check_crcs, aborted_transactions=aborted
-    )
-    if records and records[-1].offset >= end:
-        records = [r for r in records if r.offset < end]
-    return records, next_offset
+        if rows:
+            yield rows

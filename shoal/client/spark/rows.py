@@ -2,9 +2,11 @@
 
 Why Arrow: a Python data source may return tuples (converted row by row in
 the worker, a few microseconds each) or ``pyarrow.RecordBatch`` objects that
-Spark takes as they are. Records are appended column by column here and
-turned into one RecordBatch per fetch, so the per-record Python work is a
-handful of list appends.
+Spark takes as they are. A Fetch answer's batches are decoded straight into
+columns (``protocol.record_columns``: no object per record), cut to the
+offsets the task reads, and turned into one RecordBatch per fetch. Values stay
+views of the fetched bytes until that RecordBatch is built, which copies each
+exactly once, into Arrow's value buffer.
 
 The schema is Spark's Kafka source's (key, value, topic, partition, offset,
 timestamp, timestampType, then headers when ``includeHeaders`` is set) plus
@@ -16,7 +18,10 @@ running Spark version checks a returned batch against.
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 import pyarrow as pa
@@ -32,7 +37,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-__all__ = ["RowColumns", "arrow_schema", "source_schema"]
+from shoal.client.core.records import ReturnedBatches, decode_record_set_for
+from shoal.protocol.record_columns import RecordColumns
+from shoal.protocol.records import CURRENT_MAGIC, MAGIC_POS
+
+__all__ = ["Piece", "RowColumns", "arrow_schema", "source_schema"]
 
 _HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 
@@ -58,22 +67,14 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
+Piece = tuple[int, int, "int | None"]  # first offset, last offset, delivery count (None: not a delivery)
+
+
 class RowColumns:
     """Records appended as columns; ``batch()`` makes one RecordBatch and starts over."""
 
-    __slots__ = (
-        "_ts_ms",
-        "counts",
-        "headers",
-        "keys",
-        "offsets",
-        "partitions",
-        "schema",
-        "timestamps",
-        "topics",
-        "ts_types",
-        "values",
-    )
+    __slots__ = ("_ts_ms", "counts", "headers", "keys", "offsets", "partitions", "schema", "timestamps", "topics",
+                 "ts_types", "values")  # fmt: skip
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
@@ -82,7 +83,7 @@ class RowColumns:
 
     def _reset(self) -> None:
         self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
+        self.values: list[Any] = []  # bytes-like (views of fetched batches) or None
         self.topics: list[str] = []
         self.partitions: list[int] = []
         self.offsets: list[int] = []
@@ -94,68 +95,82 @@ class RowColumns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(
+    def add_fetched(
         self,
         topic: str,
         partition: int,
-        offset: int,
-        timestamp: int,
-        timestamp_type: int,
-        key: Any,
-        value: Any,
-        headers: list[tuple[str, bytes | None]],
-        delivery_count: int | None = None,
-    ) -> None:
-        self.keys.append(key)
-        self.values.append(value)
-        self.topics.append(topic)
-        self.partitions.append(partition)
-        self.offsets.append(offset)
-        self.timestamps.append(timestamp)
-        self.ts_types.append(timestamp_type)
-        if self.headers is not None:
-            self.headers.append(headers)
-        self.counts.append(delivery_count)
-
-    def add_records(
-        self, topic: str, partition: int, records: Sequence[Any], counts: Sequence[int] | None = None
-    ) -> None:
-        """Append ``protocol.records.Record`` or ``ConsumerRecord`` objects of one partition, with
-        ``counts`` (their delivery counts) when they were delivered by a share group, else none."""
-        n = len(records)
-        self.keys += [r.key for r in records]
-        self.values += [r.value for r in records]
-        self.topics += [topic] * n
-        self.partitions += [partition] * n
-        self.offsets += [r.offset for r in records]
-        self.timestamps += [r.timestamp for r in records]
-        self.ts_types += [r.timestamp_type for r in records]
-        if self.headers is not None:
-            self.headers += [r.headers for r in records]
-        if counts is None:
-            self.counts += [None] * n
+        data: Any,
+        pieces: Sequence[Piece],
+        *,
+        check_crcs: bool = True,
+        aborted_transactions: Any = None,
+    ) -> tuple[int, int]:
+        """Append the records of one fetched partition (``data``: its record set) whose
+        offsets fall in ``pieces`` (ascending, disjoint (first, last, delivery count)
+        ranges), each with its piece's count. Returns (rows added, the offset after the
+        last whole batch). Control batches and aborted transactions (given the Fetch
+        answer's ``aborted_transactions`` pairs) are never rows."""
+        start = pieces[0][0] if pieces else 0
+        if not data:
+            return 0, start
+        view = memoryview(data)
+        if len(view) > MAGIC_POS and view[MAGIC_POS] != CURRENT_MAGIC:
+            records, next_offset = decode_record_set_for(
+                topic, partition, view, start_offset=start, check_crcs=check_crcs
+            )  # magic 0/1: old producers' logs, record by record
+            cols = RecordColumns(with_headers=self.headers is not None)
+            for r in records:
+                cols.offsets.append(r.offset)
+                cols.timestamps.append(r.timestamp)
+                cols.timestamp_types.append(r.timestamp_type)
+                cols.keys.append(r.key)
+                cols.values.append(r.value)
+                cols.headers.append(r.headers)
         else:
-            self.counts += counts
+            cols = RecordColumns(with_headers=self.headers is not None)
+            batches = ReturnedBatches(view, start, aborted_transactions, check_crcs=check_crcs)
+            for header in batches:
+                cols.add_batch(header, verify_crc=check_crcs)
+            next_offset = batches.next_offset
+        return self._take(topic, partition, cols, pieces), next_offset
 
-    def extend(self, records: Sequence[Any]) -> None:
-        """Append share-group ``ConsumerRecord`` objects of any partitions, with their delivery counts."""
-        self.keys += [r.key for r in records]
-        self.values += [r.value for r in records]
-        self.topics += [r.topic for r in records]
-        self.partitions += [r.partition for r in records]
-        self.offsets += [r.offset for r in records]
-        self.timestamps += [r.timestamp for r in records]
-        self.ts_types += [r.timestamp_type for r in records]
-        if self.headers is not None:
-            self.headers += [r.headers for r in records]
-        self.counts += [r.delivery_count for r in records]
+    def _take(self, topic: str, partition: int, cols: RecordColumns, pieces: Sequence[Piece]) -> int:
+        offsets = cols.offsets
+        added = 0
+        for first, last, count in pieces:
+            i = bisect_left(offsets, first)
+            j = bisect_right(offsets, last, i)
+            if i == j:
+                continue
+            n = j - i
+            added += n
+            if i == 0 and j == len(offsets):  # the usual case: the whole fetch is one piece
+                self.offsets += offsets
+                self.timestamps += cols.timestamps
+                self.ts_types += cols.timestamp_types
+                self.keys += cols.keys
+                self.values += cols.values
+                if self.headers is not None:
+                    self.headers += cols.headers
+            else:
+                self.offsets += offsets[i:j]
+                self.timestamps += cols.timestamps[i:j]
+                self.ts_types += cols.timestamp_types[i:j]
+                self.keys += cols.keys[i:j]
+                self.values += cols.values[i:j]
+                if self.headers is not None:
+                    self.headers += cols.headers[i:j]
+            self.topics += [topic] * n
+            self.partitions += [partition] * n
+            self.counts += [count] * n
+        return added
 
     def batch(self) -> pa.RecordBatch:
         """The rows appended so far as one RecordBatch (the columns are then emptied)."""
         s = self.schema
         arrays = [
             pa.array(self.keys, s.field("key").type),
-            pa.array(self.values, s.field("value").type),
+            _binary(self.values, s.field("value").type),
             pa.array(self.topics, s.field("topic").type),
             pa.array(self.partitions, s.field("partition").type),
             pa.array(self.offsets, s.field("offset").type),
@@ -167,3 +182,13 @@ class RowColumns:
         arrays.append(pa.array(self.counts, s.field("deliveryCount").type))
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=s)
+
+
+def _binary(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """A binary Arrow array of bytes-like values: one join into its value buffer, no
+    intermediate bytes objects (pyarrow's own conversion takes them one by one)."""
+    if None in values:  # tombstones: rare, let pyarrow place the nulls
+        return pa.array([None if v is None else bytes(v) for v in values], kind)
+    ends = array("i", [0])
+    ends += array("i", accumulate(map(len, values)))
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(ends), pa.py_buffer(b"".join(values))])
