@@ -57,3 +57,41 @@ def test_offsets_gone_from_the_log_follow_fail_on_data_loss(spark_broker, topic_
     with pytest.raises(DataLossError, match="failOnDataLoss"):
         _read(bootstrap, topic_name, [(22, 30, 1)])
     assert _read(bootstrap, topic_name, [(22, 30, 1)], fail_on_data_loss=False) == []
+
+
+_WORKER = """
+import gc, sys
+from shoal.client.spark.acquired import AcquiredPartition
+from shoal.client.spark.batch import RangePartition, ShoalBatchReader
+from shoal.client.spark.options import parse_source_options
+from shoal.client.spark.rows import source_schema
+from shoal.client.spark.stream import ShoalStreamReader
+
+bootstrap, topic = sys.argv[1:3]
+opts = parse_source_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": "g"})
+stream = ShoalStreamReader(opts, source_schema(False))
+batch = ShoalBatchReader(parse_source_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}), source_schema(False))
+assert gc.get_freeze_count() == 0
+rows = sum(b.num_rows for b in stream.read(AcquiredPartition(1, 0, topic, 0, ((0, 9, 1),))))
+frozen = gc.get_freeze_count()
+rows += sum(b.num_rows for b in batch.read(RangePartition(topic, 0, 0, 10)))
+rows += sum(b.num_rows for b in stream.read(AcquiredPartition(2, 0, topic, 0, ((10, 19, 1),))))
+print(rows, frozen > 1000, gc.get_freeze_count() == frozen)
+"""
+
+
+def test_a_worker_freezes_what_it_imported_once_before_its_first_read(spark_broker, topic_name) -> None:
+    """PySpark's daemon runs a full collection after every task of a reused worker; the
+    objects alive at the first read (the imports) are frozen once, so those collections
+    skip them. Later reads freeze nothing more (their objects stay collectable)."""
+    import subprocess
+    import sys
+
+    bootstrap = spark_broker.bootstrap
+    create_topic(bootstrap, topic_name, 1)
+    produce(bootstrap, topic_name, numbered(20, partitions=1))
+    out = subprocess.run(
+        [sys.executable, "-c", _WORKER, bootstrap, topic_name], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["30", "True", "True"]

@@ -6,7 +6,8 @@
 ``source`` declares the data source (its docstring lists the options), ``batch`` reads
 exact offset ranges (planned by ``offsets``), ``stream`` reads a share group and
 acknowledges after Spark commits (the sans-IO ``ledger`` tracks what it holds),
-``options`` parses and checks options, ``rows`` builds Spark's Kafka-source rows.
+``options`` parses and checks options, ``rows`` builds Spark's Kafka-source rows,
+``worker`` settles the PySpark worker process executor tasks read in.
 
 ``register`` and ``ShoalDataSource`` load on first use, so the sans-IO parts import
 without pyspark.

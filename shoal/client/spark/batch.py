@@ -61,6 +61,7 @@ from shoal.client.spark.offsets import (
 )
 from shoal.client.spark.options import SourceOptions
 from shoal.client.spark.rows import Piece, RowColumns, arrow_schema
+from shoal.client.spark.worker import settle_worker
 from shoal.protocol.api import api_by_name
 from shoal.protocol.constants import IsolationLevel, ListOffsetsTimestamp
 from shoal.protocol.errors import ErrorCode
@@ -124,6 +125,7 @@ class ShoalBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, RangePartition):
             return  # Spark's placeholder task when nothing is to be read
+        settle_worker()
         rng = OffsetRange(partition.topic, partition.partition, partition.start, partition.end)
         columns = RowColumns(arrow_schema(self.schema))
         for _ in range_chunks(self.config, rng, columns, fail_on_data_loss=self.options.fail_on_data_loss):

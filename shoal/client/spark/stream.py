@@ -490,8 +490,10 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executors ----------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from shoal.client.spark.acquired import AcquiredPartition, read_acquired
+        from shoal.client.spark.worker import settle_worker
 
         assert isinstance(partition, AcquiredPartition), partition
+        settle_worker()
         yield from read_acquired(
             self.fetch_config, partition, self.schema, fail_on_data_loss=self.options.fail_on_data_loss
         )
