@@ -51,8 +51,10 @@ SOFTWARE_VERSION = "0.1.0"
 _STAGING = 64 * 1024
 # Large answers are received into pooled buffers (``protocol.buffers``): up to this many bytes of
 # them stay with the connection for the next answer, so a consumer's fetches reuse their memory
-# instead of faulting in fresh pages for every answer.
-_POOL_BYTES = 64 * 1024 * 1024
+# instead of faulting in fresh pages for every answer. An answer is at most about fetch.max.bytes
+# (50 MiB by default); a consumer that raises it (the Spark source's driver acquires whole
+# micro-batches in one answer) gets its larger answers pooled too, up to this bound.
+_POOL_BYTES = 256 * 1024 * 1024
 _MAX_RESPONSE = 1 << 30  # a response larger than 1 GiB is a broken stream
 _API_VERSIONS = api_by_name("ApiVersions").key
 
