@@ -107,11 +107,9 @@ class RowColumns:
     ) -> tuple[int, int]:
         """Append the records of one fetched partition (``data``: its record set) whose
         offsets fall in ``pieces`` (ascending, disjoint (first, last, delivery count)
-        ranges), each with its piece's count. Returns (rows added, where to read on: the
-        offset after the last whole batch it looked at, which is the first one past the last
-        piece if there is one; batches after it are not even decoded). Control batches and
-        aborted transactions (given the Fetch answer's ``aborted_transactions`` pairs) are
-        never rows."""
+        ranges), each with its piece's count. Returns (rows added, the offset after the
+        last whole batch). Control batches and aborted transactions (given the Fetch
+        answer's ``aborted_transactions`` pairs) are never rows."""
         start = pieces[0][0] if pieces else 0
         if not data:
             return 0, start
@@ -131,16 +129,8 @@ class RowColumns:
         else:
             cols = RecordColumns(with_headers=self.headers is not None)
             batches = ReturnedBatches(view, start, aborted_transactions, check_crcs=check_crcs)
-            i, n = 0, len(pieces)
             for header in batches:
-                # Decode only batches that hold offsets of a piece: a fetch returns whole batches
-                # up to its byte limit, far past the end of the range it was for.
-                while i < n and pieces[i][1] < header.base_offset:
-                    i += 1
-                if i == n:
-                    break
-                if header.last_offset >= pieces[i][0]:
-                    cols.add_batch(header, verify_crc=check_crcs)
+                cols.add_batch(header, verify_crc=check_crcs)
             next_offset = batches.next_offset
         return self._take(topic, partition, cols, pieces), next_offset
 
