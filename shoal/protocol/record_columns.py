@@ -24,15 +24,13 @@ corrupted batches included.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from shoal.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE, Compression, decompress
+from shoal.protocol.compression import DEFAULT_MAX_DECOMPRESSED_SIZE
 from shoal.protocol.exceptions import ProtocolError
 from shoal.protocol.records import (
     _MIN_RECORD_SIZE,
     _ZIGZAG_1,
     _ZIGZAG_2,
-    BATCH_HEADER_SIZE,
     BatchHeader,
     TimestampType,
     _parse_headers,
@@ -65,11 +63,7 @@ class RecordColumns:
         max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
     ) -> int:
         """Append the records of ``header``'s batch (a data batch); returns how many."""
-        if verify_crc and not header.verify_crc():
-            raise ProtocolError(f"CRC mismatch: {header.crc:#x} != {header.computed_crc():#x}", path="batch.crc")
-        payload: Any = header.data[BATCH_HEADER_SIZE:]
-        if header.compression != Compression.NONE:
-            payload = memoryview(decompress(header.compression, payload, max_size=max_decompressed_size))
+        payload = memoryview(header.record_bytes(verify_crc=verify_crc, max_decompressed_size=max_decompressed_size))
         count = header.records_count
         if count * _MIN_RECORD_SIZE > len(payload):
             raise ProtocolError(f"{count} records cannot fit in {len(payload)} bytes", path="batch.recordsCount")
@@ -92,11 +86,6 @@ class RecordColumns:
         if headers is not None:
             self.headers += headers
         return count
-
-    def clear(self) -> None:
-        """Forget every record (their value views release the batches' buffers)."""
-        for column in (self.offsets, self.timestamps, self.timestamp_types, self.keys, self.values, self.headers):
-            column.clear()
 
 
 def _parse(
@@ -189,11 +178,9 @@ def _parse(
             if n_headers:
                 if n_headers < 0 or 2 * n_headers > rec_end - pos:
                     raise ProtocolError(f"header count {n_headers} does not fit", offset=pos)
-                if headers is None:
-                    pos = _skip_headers(buf, pos, rec_end, n_headers)
-                else:
-                    record_headers: list[tuple[str, bytes | None]] = []
-                    pos = _parse_headers(buf, pos, rec_end, n_headers, record_headers)
+                record_headers: list[tuple[str, bytes | None]] = []  # checked as the record decoder does
+                pos = _parse_headers(buf, pos, rec_end, n_headers, record_headers)
+                if headers is not None:
                     headers.append(record_headers)
             elif headers is not None:
                 headers.append([])
@@ -205,19 +192,3 @@ def _parse(
         raise exc.with_context(path=f"records[{index}]") from None
     if pos != end:
         raise ProtocolError(f"{end - pos} bytes after the last record", path="records", offset=pos)
-
-
-def _skip_headers(buf: bytes, pos: int, end: int, count: int) -> int:
-    """Past ``count`` headers, checking that each stays inside the record."""
-    read = _read_varint
-    for _ in range(count):
-        size, pos = read(buf, pos, end)
-        if size < 0 or pos + size > end:
-            raise ProtocolError(f"header key length {size} does not fit", offset=pos)
-        pos += size
-        size, pos = read(buf, pos, end)
-        if size >= 0:
-            if pos + size > end:
-                raise ProtocolError(f"header value length {size} does not fit", offset=pos)
-            pos += size
-    return pos

@@ -319,13 +319,20 @@ class BatchHeader:
         builds each record instead of ``Record`` (a client builds its own record
         type in one step); control batches always decode to ``Record``.
         """
+        payload = self.record_bytes(verify_crc=verify_crc, max_decompressed_size=max_decompressed_size)
+        return _parse_records(payload, self, None if self.is_control else make)
+
+    def record_bytes(
+        self, *, verify_crc: bool = True, max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE
+    ) -> Any:
+        """The batch's records section (CRC checked first if asked), decompressed if needed."""
         if verify_crc and not self.verify_crc():
             raise ProtocolError(f"CRC mismatch: {self.crc:#x} != {self.computed_crc():#x}", path="batch.crc")
         payload = self.data[BATCH_HEADER_SIZE:]
         codec = self.compression
         if codec != Compression.NONE:
             payload = decompress(codec, payload, max_size=max_decompressed_size)
-        return _parse_records(payload, self, None if self.is_control else make)
+        return payload
 
 
 class BatchIterator:

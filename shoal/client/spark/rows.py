@@ -114,11 +114,11 @@ class RowColumns:
         if not data:
             return 0, start
         view = memoryview(data)
+        cols = RecordColumns(with_headers=self.headers is not None)
         if len(view) > MAGIC_POS and view[MAGIC_POS] != CURRENT_MAGIC:
             records, next_offset = decode_record_set_for(
                 topic, partition, view, start_offset=start, check_crcs=check_crcs
             )  # magic 0/1: old producers' logs, record by record
-            cols = RecordColumns(with_headers=self.headers is not None)
             for r in records:
                 cols.offsets.append(r.offset)
                 cols.timestamps.append(r.timestamp)
@@ -127,7 +127,6 @@ class RowColumns:
                 cols.values.append(r.value)
                 cols.headers.append(r.headers)
         else:
-            cols = RecordColumns(with_headers=self.headers is not None)
             batches = ReturnedBatches(view, start, aborted_transactions, check_crcs=check_crcs)
             for header in batches:
                 cols.add_batch(header, verify_crc=check_crcs)
@@ -144,22 +143,18 @@ class RowColumns:
                 continue
             n = j - i
             added += n
-            if i == 0 and j == len(offsets):  # the usual case: the whole fetch is one piece
-                self.offsets += offsets
-                self.timestamps += cols.timestamps
-                self.ts_types += cols.timestamp_types
-                self.keys += cols.keys
-                self.values += cols.values
-                if self.headers is not None:
-                    self.headers += cols.headers
-            else:
-                self.offsets += offsets[i:j]
-                self.timestamps += cols.timestamps[i:j]
-                self.ts_types += cols.timestamp_types[i:j]
-                self.keys += cols.keys[i:j]
-                self.values += cols.values[i:j]
-                if self.headers is not None:
-                    self.headers += cols.headers[i:j]
+            whole = i == 0 and j == len(offsets)  # the usual case: the whole fetch is one piece, no copies
+
+            def cut(column: list[Any], i: int = i, j: int = j, whole: bool = whole) -> list[Any]:
+                return column if whole else column[i:j]
+
+            self.offsets += cut(offsets)
+            self.timestamps += cut(cols.timestamps)
+            self.ts_types += cut(cols.timestamp_types)
+            self.keys += cut(cols.keys)
+            self.values += cut(cols.values)
+            if self.headers is not None:
+                self.headers += cut(cols.headers)
             self.topics += [topic] * n
             self.partitions += [partition] * n
             self.counts += [count] * n
